@@ -1,0 +1,183 @@
+//! Building C (and assembly) into RV32IM ELFs with the RISC-V GCC toolchain,
+//! linked against inband's crt0, small libc and libgcc.
+//!
+//! The runtime sources are embedded in this crate, so a build needs nothing but
+//! the compiler: `scripts/setup.sh` installs it (Debian `gcc-riscv64-unknown-elf`).
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use thiserror::Error;
+
+use crate::memory_map;
+
+/// The compiler driver's name.
+pub const GCC: &str = "riscv64-unknown-elf-gcc";
+/// Environment variable naming a toolchain folder (with `bin/riscv64-unknown-elf-gcc`).
+pub const TOOLCHAIN_ENV: &str = "INBAND_TOOLCHAIN";
+
+/// Architecture flags: RV32IM, no compressed code, soft-float ABI.
+const ARCH_FLAGS: &[&str] = &["-march=rv32im", "-mabi=ilp32"];
+/// Freestanding: our own startup code and libc; no builtins that would call
+/// memcpy/memset from inside memcpy/memset.
+const FREESTANDING_FLAGS: &[&str] = &[
+    "-ffreestanding",
+    "-fno-builtin",
+    "-fno-tree-loop-distribute-patterns",
+    "-nostdlib",
+    "-nostartfiles",
+];
+/// Page-aligned segments, so qemu-riscv32 maps the Linux-ABI build at the same addresses.
+const LINK_FLAGS: &[&str] = &["-Wl,-z,max-page-size=4096", "-Wl,--no-warn-rwx-segments"];
+
+/// Which platform layer a program is linked with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flavor {
+    /// Console and exit through the memory-mapped registers: what inband runs.
+    BareMetal,
+    /// Console and exit through Linux system calls: the same program for qemu-riscv32.
+    LinuxUser,
+}
+
+/// Why a build failed.
+#[derive(Debug, Error)]
+pub enum BuildError {
+    #[error("the RISC-V compiler `{GCC}` was not found ({0}); run scripts/setup.sh, or point {TOOLCHAIN_ENV} at a toolchain folder")]
+    ToolchainMissing(String),
+    #[error("{path}: not a C or assembly source (expected .c, .S or .s)")]
+    UnsupportedSource { path: PathBuf },
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("compilation failed:\n{0}")]
+    CompileFailed(String),
+}
+
+/// Embedded runtime sources: (relative path, contents).
+const RUNTIME_FILES: &[(&str, &str)] = &[
+    ("crt0.S", include_str!("../runtime/crt0.S")),
+    ("libc.c", include_str!("../runtime/libc.c")),
+    ("platform_bare.c", include_str!("../runtime/platform_bare.c")),
+    ("platform_linux.c", include_str!("../runtime/platform_linux.c")),
+    (
+        "include/inband_platform.h",
+        include_str!("../runtime/include/inband_platform.h"),
+    ),
+    ("include/stdio.h", include_str!("../runtime/include/stdio.h")),
+    ("include/stdlib.h", include_str!("../runtime/include/stdlib.h")),
+    ("include/string.h", include_str!("../runtime/include/string.h")),
+    ("include/ctype.h", include_str!("../runtime/include/ctype.h")),
+];
+
+/// A located RISC-V GCC.
+#[derive(Debug, Clone)]
+pub struct Toolchain {
+    gcc: PathBuf,
+}
+
+impl Toolchain {
+    /// Finds the compiler: in `dir/bin` if given, else in `$INBAND_TOOLCHAIN/bin`, else on PATH.
+    pub fn locate(dir: Option<&Path>) -> Result<Self, BuildError> {
+        let from_dir = |d: PathBuf| -> Result<Self, BuildError> {
+            let gcc = d.join("bin").join(GCC);
+            if gcc.is_file() {
+                Ok(Self { gcc })
+            } else {
+                Err(BuildError::ToolchainMissing(format!("looked for {}", gcc.display())))
+            }
+        };
+        if let Some(d) = dir {
+            return from_dir(d.to_path_buf());
+        }
+        if let Some(d) = std::env::var_os(TOOLCHAIN_ENV) {
+            return from_dir(PathBuf::from(d));
+        }
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        std::env::split_paths(&path)
+            .map(|p| p.join(GCC))
+            .find(|p| p.is_file())
+            .map(|gcc| Self { gcc })
+            .ok_or_else(|| BuildError::ToolchainMissing("not on PATH".into()))
+    }
+
+    /// Compiles and links `sources` into the ELF `output`, written atomically.
+    /// `opt_level` is a GCC optimisation flag such as `-O2`.
+    pub fn build(&self, sources: &[PathBuf], flavor: Flavor, opt_level: &str, output: &Path) -> Result<(), BuildError> {
+        for s in sources {
+            let ext = s.extension().and_then(|e| e.to_str()).unwrap_or("");
+            if !matches!(ext, "c" | "S" | "s") {
+                return Err(BuildError::UnsupportedSource { path: s.clone() });
+            }
+            if !s.is_file() {
+                return Err(BuildError::Io {
+                    path: s.clone(),
+                    source: std::io::Error::new(std::io::ErrorKind::NotFound, "no such file"),
+                });
+            }
+        }
+        let work = tempfile::tempdir().map_err(|source| BuildError::Io {
+            path: std::env::temp_dir(),
+            source,
+        })?;
+        let runtime = work.path();
+        let io = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| BuildError::Io { path, source }
+        };
+        std::fs::create_dir_all(runtime.join("include")).map_err(io(runtime))?;
+        for (name, text) in RUNTIME_FILES {
+            let p = runtime.join(name);
+            std::fs::write(&p, text).map_err(io(&p))?;
+        }
+        let script = runtime.join("link.ld");
+        std::fs::write(&script, memory_map::linker_script()).map_err(io(&script))?;
+        let platform = match flavor {
+            Flavor::BareMetal => "platform_bare.c",
+            Flavor::LinuxUser => "platform_linux.c",
+        };
+        let staged = runtime.join("program.elf");
+
+        let mut args: Vec<OsString> = Vec::new();
+        args.extend(ARCH_FLAGS.iter().map(OsString::from));
+        args.push(opt_level.into());
+        args.extend(FREESTANDING_FLAGS.iter().map(OsString::from));
+        args.push("-Wall".into());
+        args.push(format!("-I{}", runtime.join("include").display()).into());
+        args.push("-T".into());
+        args.push(script.into_os_string());
+        args.extend(LINK_FLAGS.iter().map(OsString::from));
+        args.push("-o".into());
+        args.push(staged.clone().into_os_string());
+        for f in ["crt0.S", "libc.c", platform] {
+            args.push(runtime.join(f).into_os_string());
+        }
+        args.extend(sources.iter().map(|s| s.clone().into_os_string()));
+        args.push("-lgcc".into());
+
+        let result = Command::new(&self.gcc).args(&args).output().map_err(io(&self.gcc))?;
+        if !result.status.success() {
+            let mut text = String::from_utf8_lossy(&result.stderr).into_owned();
+            text.push_str(&String::from_utf8_lossy(&result.stdout));
+            return Err(BuildError::CompileFailed(text.trim_end().to_string()));
+        }
+        if let Some(parent) = output.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent).map_err(io(parent))?;
+        }
+        // Copy next to the destination, then rename: a reader never sees half an ELF.
+        let partial = output.with_extension("elf.partial");
+        std::fs::copy(&staged, &partial).map_err(io(&partial))?;
+        std::fs::rename(&partial, output).map_err(io(output))?;
+        Ok(())
+    }
+
+    /// Builds one program and returns its bytes (a temporary file holds the ELF meanwhile).
+    pub fn build_to_bytes(&self, sources: &[PathBuf], flavor: Flavor, opt_level: &str) -> Result<Vec<u8>, BuildError> {
+        let dir = tempfile::tempdir().map_err(|source| BuildError::Io {
+            path: std::env::temp_dir(),
+            source,
+        })?;
+        let out = dir.path().join("program.elf");
+        self.build(sources, flavor, opt_level, &out)?;
+        std::fs::read(&out).map_err(|source| BuildError::Io { path: out, source })
+    }
+}

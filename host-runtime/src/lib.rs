@@ -1,0 +1,11 @@
+//! # inband-host-runtime
+//!
+//! The runtime side of inband: the project's one implementation of the Qwen3.5
+//! decoder-layer math (CPU now, CUDA behind a feature), VM mode that boots a program
+//! into the chip layers and steps it, and the `inband` command line.
+//!
+//! - [`program`]: turning what the user names (C source or ELF) into a bootable image;
+//! - [`status`]: the process exit statuses `inband` uses, in one place.
+
+pub mod program;
+pub mod status;

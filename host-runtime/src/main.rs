@@ -1,0 +1,192 @@
+//! `inband`: build C programs for the inband machine and run them.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use inband_firmware::{Flavor, Toolchain};
+use inband_golden::{Environment, Machine, RunEnd};
+use inband_host_runtime::{program, status};
+
+#[derive(Parser)]
+#[command(
+    name = "inband",
+    version,
+    about = "A RISC-V computer inside a language model's weights",
+    long_about = "inband builds C programs for an RV32IM machine and runs them: on the golden \
+                  reference interpreter, or inside the chip layers of a Qwen3.5 checkpoint."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Engine {
+    /// The golden reference interpreter (written from the ISA specification).
+    Golden,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum BuildFlavor {
+    /// Memory-mapped console and exit: what inband runs.
+    Bare,
+    /// Linux system calls: the same program for qemu-riscv32.
+    Linux,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Compile C (or assembly) into an RV32IM ELF linked for the inband memory map.
+    #[command(after_help = "Example:\n  inband build firmware/examples/fib.c -o fib.elf\n\n\
+        The program gets crt0, a small libc (printf, malloc, string functions) and libgcc.\n\
+        main's return value is the exit code.")]
+    Build {
+        /// C or assembly sources (.c, .S, .s).
+        #[arg(required = true)]
+        sources: Vec<PathBuf>,
+        /// Where to write the ELF.
+        #[arg(short, long)]
+        output: PathBuf,
+        /// Platform layer to link.
+        #[arg(long, value_enum, default_value = "bare")]
+        flavor: BuildFlavor,
+        /// GCC optimisation level.
+        #[arg(short = 'O', long = "opt", default_value = "2")]
+        opt: String,
+        /// Toolchain folder holding bin/riscv64-unknown-elf-gcc (default: $INBAND_TOOLCHAIN or PATH).
+        #[arg(long)]
+        toolchain: Option<PathBuf>,
+    },
+    /// Run a program (a .c/.S source is built first) and print its console output.
+    #[command(after_help = "Exit status: the program's exit code, or\n  \
+        65  the program could not be built or loaded\n  \
+        66  the program trapped (illegal instruction, bad access, ecall, ebreak)\n  \
+        67  the instruction budget ran out\n\n\
+        With --stats the last line on stderr is\n  \
+        stats: instructions=N forward_passes=M steps_per_s=S exit=E\n\
+        where E is the program's exit code, or 'trap' or 'budget'.\n\n\
+        Example:\n  inband run --engine golden --stats firmware/examples/euler10.c")]
+    Run {
+        /// The program: C/assembly source or RV32IM ELF.
+        program: PathBuf,
+        /// Which engine executes the program.
+        #[arg(long, value_enum, default_value = "golden")]
+        engine: Engine,
+        /// End stderr with a one-line summary of the run.
+        #[arg(long)]
+        stats: bool,
+        /// Stop with an error after this many retired instructions.
+        #[arg(long, default_value_t = 4_000_000_000)]
+        max_instructions: u64,
+        /// Toolchain folder holding bin/riscv64-unknown-elf-gcc (default: $INBAND_TOOLCHAIN or PATH).
+        #[arg(long)]
+        toolchain: Option<PathBuf>,
+    },
+}
+
+/// Prints `message` as one line on stderr.
+fn report(message: impl std::fmt::Display) {
+    let text = message.to_string().replace('\n', " ");
+    eprintln!("inband: {text}");
+}
+
+/// Prints an anyhow error with its causes on one line (compiler output keeps its lines).
+fn report_error(error: &anyhow::Error) {
+    let chain: Vec<String> = error.chain().map(|c| c.to_string()).collect();
+    let joined = chain.join(": ");
+    if joined.contains("compilation failed") {
+        eprintln!("inband: {joined}");
+    } else {
+        report(joined);
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Build {
+            sources,
+            output,
+            flavor,
+            opt,
+            toolchain,
+        } => {
+            let flavor = match flavor {
+                BuildFlavor::Bare => Flavor::BareMetal,
+                BuildFlavor::Linux => Flavor::LinuxUser,
+            };
+            let result = Toolchain::locate(toolchain.as_deref())
+                .and_then(|tc| tc.build(&sources, flavor, &format!("-O{opt}"), &output));
+            match result {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    report_error(&e.into());
+                    ExitCode::from(status::BUILD_OR_LOAD_FAILED)
+                }
+            }
+        }
+        Command::Run {
+            program,
+            engine: Engine::Golden,
+            stats,
+            max_instructions,
+            toolchain,
+        } => {
+            let image = match program::load_program(&program, toolchain.as_deref()) {
+                Ok(image) => image,
+                Err(e) => {
+                    report_error(&e);
+                    return ExitCode::from(status::BUILD_OR_LOAD_FAILED);
+                }
+            };
+            run_golden(&image, stats, max_instructions)
+        }
+    }
+}
+
+/// Instructions between console flushes.
+const CHUNK: u64 = 1 << 20;
+
+fn run_golden(image: &inband_firmware::ProgramImage, stats: bool, budget: u64) -> ExitCode {
+    let mut machine = Machine::new(image, Environment::BareMetal);
+    let mut stdout = std::io::stdout().lock();
+    let mut printed = 0;
+    let start = Instant::now();
+    let end = loop {
+        let remaining = budget - machine.instret;
+        let end = machine.run(remaining.min(CHUNK));
+        let _ = stdout.write_all(&machine.console[printed..]);
+        let _ = stdout.flush();
+        printed = machine.console.len();
+        match end {
+            RunEnd::BudgetExhausted { .. } if machine.instret < budget => continue,
+            other => break other,
+        }
+    };
+    let seconds = start.elapsed().as_secs_f64();
+    let (code, exit_text) = match end {
+        RunEnd::Exited(code) => (ExitCode::from(status::from_program_exit(code)), code.to_string()),
+        RunEnd::Trapped(trap) => {
+            report(trap);
+            (ExitCode::from(status::TRAPPED), "trap".to_string())
+        }
+        RunEnd::BudgetExhausted { pc } => {
+            report(format!(
+                "instruction budget exhausted: {budget} instructions retired without exiting (next pc {pc:#010x}); \
+                 raise it with --max-instructions"
+            ));
+            (ExitCode::from(status::BUDGET_EXHAUSTED), "budget".to_string())
+        }
+    };
+    if stats {
+        let rate = machine.instret as f64 / seconds.max(1e-9);
+        eprintln!(
+            "stats: instructions={} forward_passes=0 steps_per_s={:.0} exit={}",
+            machine.instret, rate, exit_text
+        );
+    }
+    code
+}

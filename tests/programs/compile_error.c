@@ -1,0 +1,4 @@
+/* Does not compile: a missing semicolon. */
+int main(void) {
+    return 0
+}

@@ -1,0 +1,6 @@
+/* ebreak traps. */
+    .text
+    .globl main
+main:
+    ebreak
+    ret

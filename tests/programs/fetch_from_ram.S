@@ -1,0 +1,6 @@
+/* RAM holds data, never code: jumping there is an instruction access fault. */
+    .text
+    .globl main
+main:
+    li t0, 0x20000
+    jr t0

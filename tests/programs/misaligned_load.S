@@ -1,0 +1,7 @@
+/* A word load from an address that is not a multiple of four. */
+    .text
+    .globl main
+main:
+    li a0, 0x20001
+    lw a1, 0(a0)
+    ret

@@ -1,0 +1,124 @@
+//! # inband-tests
+//!
+//! The exactness suites of the verification ladder live in `tests/tests/`. This library
+//! holds what they share: the program corpus (examples and ISA tests), building it in
+//! both flavours, and the golden-versus-qemu lockstep comparison.
+
+use std::path::{Path, PathBuf};
+
+use inband_firmware::{load_elf, Flavor, Toolchain};
+use inband_golden::{qemu, ArchState, Environment, Machine, RunEnd};
+
+/// Every program the suites run: the examples and our ISA tests.
+pub fn corpus() -> Vec<PathBuf> {
+    let mut programs = inband_firmware::sources_in(&inband_firmware::examples_dir(), &["c"]).expect("examples/");
+    programs.extend(inband_firmware::sources_in(&inband_firmware::isa_tests_dir(), &["S"]).expect("isa/"));
+    programs
+}
+
+/// A short name for a corpus program ("euler10", "isa/alu_rr").
+pub fn program_name(path: &Path) -> String {
+    let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("?");
+    if path.parent().and_then(|p| p.file_name()).and_then(|n| n.to_str()) == Some("isa") {
+        format!("isa/{stem}")
+    } else {
+        stem.to_string()
+    }
+}
+
+/// Builds `source` in `flavor` into `dir`, returning the ELF's path.
+pub fn build(source: &Path, flavor: Flavor, dir: &Path) -> PathBuf {
+    let tc = Toolchain::locate(None).expect("the RISC-V toolchain (scripts/setup.sh installs it)");
+    let suffix = match flavor {
+        Flavor::BareMetal => "bare",
+        Flavor::LinuxUser => "linux",
+    };
+    let out = dir.join(format!("{}.{suffix}.elf", program_name(source).replace('/', "_")));
+    tc.build(&[source.to_path_buf()], flavor, "-O2", &out)
+        .unwrap_or_else(|e| panic!("{}: {e}", source.display()));
+    out
+}
+
+/// What a lockstep run of golden against qemu found.
+#[derive(Debug)]
+pub struct Lockstep {
+    /// Instructions compared (qemu records).
+    pub instructions: u64,
+    /// The program's console output under qemu.
+    pub qemu_console: Vec<u8>,
+    /// The console output of the golden machine on the same ELF.
+    pub golden_console: Vec<u8>,
+    pub qemu_exit: Option<i32>,
+    pub golden_exit: Option<i32>,
+}
+
+fn describe_difference(index: u64, golden: &ArchState, qemu: &ArchState) -> String {
+    let mut text = format!("instruction {index}: ");
+    if golden.pc != qemu.pc {
+        text += &format!("pc golden {:#010x} qemu {:#010x}; ", golden.pc, qemu.pc);
+    }
+    for r in 0..32 {
+        if golden.regs[r] != qemu.regs[r] {
+            text += &format!("x{r} golden {:#010x} qemu {:#010x}; ", golden.regs[r], qemu.regs[r]);
+        }
+    }
+    text
+}
+
+/// Runs the Linux-ABI ELF under qemu and the golden machine side by side, comparing pc
+/// and x0..x31 before every instruction. The golden machine starts from qemu's first
+/// record (qemu chooses the initial stack pointer); `Err` describes the first difference.
+pub fn lockstep_against_qemu(linux_elf: &Path) -> Result<Lockstep, String> {
+    let image = load_elf(&std::fs::read(linux_elf).map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
+    let mut golden = Machine::new(&image, Environment::LinuxUser);
+    let mut mismatch: Option<String> = None;
+    let mut index = 0u64;
+    let mut golden_end: Option<RunEnd> = None;
+    let run = qemu::trace(linux_elf, |state| {
+        if index == 0 {
+            golden.regs = state.regs;
+            golden.pc = state.pc;
+        }
+        if let Some(end) = golden_end {
+            mismatch = Some(format!(
+                "instruction {index}: golden already ended ({end:?}) but qemu continues at {:#010x}",
+                state.pc
+            ));
+            return false;
+        }
+        let mine = golden.arch_state();
+        if mine != *state {
+            mismatch = Some(describe_difference(index, &mine, state));
+            return false;
+        }
+        index += 1;
+        match golden.step() {
+            Ok(inband_golden::Step::Retired) => {}
+            Ok(inband_golden::Step::Exited(code)) => golden_end = Some(RunEnd::Exited(code)),
+            Err(trap) => golden_end = Some(RunEnd::Trapped(trap)),
+        }
+        true
+    })
+    .map_err(|e| e.to_string())?;
+    if let Some(m) = mismatch {
+        return Err(m);
+    }
+    if golden_end.is_none() {
+        return Err(format!("qemu ended after {index} instructions but golden did not exit"));
+    }
+    Ok(Lockstep {
+        instructions: run.records,
+        qemu_console: run.stdout,
+        golden_console: golden.console.clone(),
+        qemu_exit: run.exit_status,
+        golden_exit: golden.exit_code(),
+    })
+}
+
+/// Runs a bare-metal ELF on the golden machine to the end.
+pub fn run_golden_bare(elf: &Path, budget: u64) -> (Machine, RunEnd) {
+    let image = load_elf(&std::fs::read(elf).expect("ELF")).expect("loadable ELF");
+    let mut machine = Machine::new(&image, Environment::BareMetal);
+    let end = machine.run(budget);
+    (machine, end)
+}
