@@ -1,0 +1,398 @@
+//! The dense evaluation path, on candle tensors (CPU now; the same code runs on CUDA
+//! with candle's `cuda` feature). Every layer type: Gated DeltaNet mixers with their
+//! conv and recurrent state, gated full attention with a KV cache and partial RoPE,
+//! the SwiGLU MLP and the zero-centred RMSNorms. Shapes are [B, T, H]; decode is T = 1,
+//! prefill any T, with state carried between calls.
+
+use candle_core::{DType, Device, IndexOp, Result, Tensor, D};
+
+use crate::config::TextConfig;
+use crate::weights::{Array, DecoderLayer, FullAttention, LinearAttention, Mixer, Mlp};
+
+/// Uploads an [`Array`] as an f32 tensor.
+pub fn tensor(a: &Array, device: &Device) -> Result<Tensor> {
+    Tensor::from_slice(&a.data, a.shape.as_slice(), device)
+}
+
+fn silu(x: &Tensor) -> Result<Tensor> {
+    // x / (1 + exp(-x)), as the reference writes it.
+    x / (x.neg()?.exp()? + 1.0)?
+}
+
+fn sigmoid(x: &Tensor) -> Result<Tensor> {
+    (x.neg()?.exp()? + 1.0)?.recip()
+}
+
+fn softplus(x: &Tensor) -> Result<Tensor> {
+    // torch's threshold 20: linear above it.
+    let soft = (x.exp()? + 1.0)?.log()?;
+    x.gt(20.0)?.where_cond(x, &soft)
+}
+
+fn rsqrt(x: &Tensor) -> Result<Tensor> {
+    x.sqrt()?.recip()
+}
+
+/// `x @ wᵀ` for x [.., in] and w [out, in].
+fn linear(x: &Tensor, w: &Tensor) -> Result<Tensor> {
+    x.broadcast_matmul(&w.t()?)
+}
+
+/// Zero-centred RMSNorm over the last axis: `x * rsqrt(mean(x^2) + eps) * gain`,
+/// where `gain` is the precomputed `1 + weight`.
+fn rms_norm(x: &Tensor, gain: &Tensor, eps: f64) -> Result<Tensor> {
+    let inv = rsqrt(&(x.sqr()?.mean_keepdim(D::Minus1)? + eps)?)?;
+    x.broadcast_mul(&inv)?.broadcast_mul(gain)
+}
+
+/// L2 normalisation over the last axis with the GDN kernels' eps.
+fn l2norm(x: &Tensor) -> Result<Tensor> {
+    let inv = rsqrt(&(x.sqr()?.sum_keepdim(D::Minus1)? + crate::scalar::L2NORM_EPS as f64)?)?;
+    x.broadcast_mul(&inv)
+}
+
+struct DenseGdn {
+    qkv: Tensor,
+    z: Tensor,
+    b: Tensor,
+    a: Tensor,
+    /// [conv_dim, K].
+    conv: Tensor,
+    a_log_exp: Tensor,
+    dt_bias: Tensor,
+    norm: Tensor,
+    out_proj: Tensor,
+}
+
+struct DenseAttention {
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    o: Tensor,
+    q_gain: Tensor,
+    k_gain: Tensor,
+}
+
+enum DenseMixer {
+    Gdn(DenseGdn),
+    Attention(DenseAttention),
+}
+
+struct DenseMlp {
+    gate: Tensor,
+    up: Tensor,
+    down: Tensor,
+}
+
+/// A decoder layer's weights on a device.
+pub struct DenseLayer {
+    config: TextConfig,
+    input_gain: Tensor,
+    post_gain: Tensor,
+    mixer: DenseMixer,
+    mlp: DenseMlp,
+}
+
+/// The carried state of one layer for a batch of sequences.
+#[derive(Debug, Clone)]
+pub enum DenseState {
+    Gdn {
+        /// [B, conv_dim, K-1]: raw inputs of the last K-1 tokens, oldest first.
+        conv: Tensor,
+        /// [B, Hv, dk, dv].
+        recurrent: Tensor,
+    },
+    Attention {
+        /// [B, kv_heads, T_past, head_dim] after k_norm and RoPE; None before the first token.
+        keys: Option<Tensor>,
+        values: Option<Tensor>,
+    },
+}
+
+fn gain(a: &Array, device: &Device) -> Result<Tensor> {
+    tensor(a, device)? + 1.0
+}
+
+impl DenseLayer {
+    pub fn new(layer: &DecoderLayer, config: &TextConfig, device: &Device) -> Result<Self> {
+        let mixer = match &layer.mixer {
+            Mixer::Linear(LinearAttention {
+                in_proj_qkv,
+                in_proj_z,
+                in_proj_b,
+                in_proj_a,
+                conv1d,
+                a_log,
+                dt_bias,
+                norm,
+                out_proj,
+            }) => DenseMixer::Gdn(DenseGdn {
+                qkv: tensor(in_proj_qkv, device)?,
+                z: tensor(in_proj_z, device)?,
+                b: tensor(in_proj_b, device)?,
+                a: tensor(in_proj_a, device)?,
+                conv: tensor(conv1d, device)?,
+                a_log_exp: tensor(a_log, device)?.exp()?,
+                dt_bias: tensor(dt_bias, device)?,
+                norm: tensor(norm, device)?,
+                out_proj: tensor(out_proj, device)?,
+            }),
+            Mixer::Full(FullAttention {
+                q_proj,
+                k_proj,
+                v_proj,
+                o_proj,
+                q_norm,
+                k_norm,
+            }) => DenseMixer::Attention(DenseAttention {
+                q: tensor(q_proj, device)?,
+                k: tensor(k_proj, device)?,
+                v: tensor(v_proj, device)?,
+                o: tensor(o_proj, device)?,
+                q_gain: gain(q_norm, device)?,
+                k_gain: gain(k_norm, device)?,
+            }),
+        };
+        let Mlp {
+            gate_proj,
+            up_proj,
+            down_proj,
+        } = &layer.mlp;
+        Ok(Self {
+            config: config.clone(),
+            input_gain: gain(&layer.input_layernorm, device)?,
+            post_gain: gain(&layer.post_attention_layernorm, device)?,
+            mixer,
+            mlp: DenseMlp {
+                gate: tensor(gate_proj, device)?,
+                up: tensor(up_proj, device)?,
+                down: tensor(down_proj, device)?,
+            },
+        })
+    }
+
+    /// A fresh (empty) state for `batch` sequences.
+    pub fn new_state(&self, batch: usize, device: &Device) -> Result<DenseState> {
+        let c = &self.config;
+        Ok(match self.mixer {
+            DenseMixer::Gdn(_) => DenseState::Gdn {
+                conv: Tensor::zeros((batch, c.conv_dim(), c.linear_conv_kernel_dim - 1), DType::F32, device)?,
+                recurrent: Tensor::zeros(
+                    (
+                        batch,
+                        c.linear_num_value_heads,
+                        c.linear_key_head_dim,
+                        c.linear_value_head_dim,
+                    ),
+                    DType::F32,
+                    device,
+                )?,
+            },
+            DenseMixer::Attention(_) => DenseState::Attention {
+                keys: None,
+                values: None,
+            },
+        })
+    }
+
+    /// Runs `x` [B, T, H] through the layer. `position` is the index of the first of
+    /// the T tokens in the sequence (RoPE); the state carries everything before it.
+    pub fn forward(&self, x: &Tensor, state: &mut DenseState, position: usize) -> Result<Tensor> {
+        let eps = self.config.rms_norm_eps;
+        let normed = rms_norm(x, &self.input_gain, eps)?;
+        let mixed = match (&self.mixer, state) {
+            (DenseMixer::Gdn(g), DenseState::Gdn { conv, recurrent }) => self.gdn(g, &normed, conv, recurrent)?,
+            (DenseMixer::Attention(a), DenseState::Attention { keys, values }) => {
+                self.attention(a, &normed, keys, values, position)?
+            }
+            _ => candle_core::bail!("layer state does not match the layer type"),
+        };
+        let h = (x + mixed)?;
+        let normed = rms_norm(&h, &self.post_gain, eps)?;
+        let act = (silu(&linear(&normed, &self.mlp.gate)?)? * linear(&normed, &self.mlp.up)?)?;
+        h + linear(&act, &self.mlp.down)?
+    }
+
+    fn gdn(&self, g: &DenseGdn, x: &Tensor, conv_state: &mut Tensor, s: &mut Tensor) -> Result<Tensor> {
+        let c = &self.config;
+        let (batch, t, _) = x.dims3()?;
+        let (hk, hv, dk, dv) = (
+            c.linear_num_key_heads,
+            c.linear_num_value_heads,
+            c.linear_key_head_dim,
+            c.linear_value_head_dim,
+        );
+        let group = c.value_heads_per_key_head();
+        let kernel = c.linear_conv_kernel_dim;
+        let key_dim = c.key_dim();
+        let mixed = linear(x, &g.qkv)?; // [B, T, conv_dim]
+        let z = linear(x, &g.z)?.reshape((batch, t, hv, dv))?;
+        let beta = sigmoid(&linear(x, &g.b)?)?; // [B, T, Hv]
+        let a = linear(x, &g.a)?;
+        let decay = (softplus(&a.broadcast_add(&g.dt_bias)?)?
+            .broadcast_mul(&g.a_log_exp)?
+            .neg()?)
+        .exp()?;
+
+        let mut outputs = Vec::with_capacity(t);
+        for step in 0..t {
+            let raw = mixed.i((.., step, ..))?; // [B, C]
+            let window = Tensor::cat(&[conv_state.clone(), raw.unsqueeze(2)?], 2)?; // [B, C, K]
+            *conv_state = window.narrow(2, 1, kernel - 1)?.contiguous()?;
+            let y = silu(&window.broadcast_mul(&g.conv)?.sum(2)?)?; // [B, C]
+            let q = y.narrow(1, 0, key_dim)?.reshape((batch, hk, dk))?;
+            let k = y.narrow(1, key_dim, key_dim)?.reshape((batch, hk, dk))?;
+            let v = y.narrow(1, 2 * key_dim, hv * dv)?.reshape((batch, hv, dv))?;
+            let (q, k) = if group > 1 {
+                let rep = |t: &Tensor| -> Result<Tensor> {
+                    t.unsqueeze(2)?.repeat((1, 1, group, 1))?.reshape((batch, hv, dk))
+                };
+                (rep(&q)?, rep(&k)?)
+            } else {
+                (q, k)
+            };
+            let q = (l2norm(&q)? / (dk as f64).sqrt())?;
+            let k = l2norm(&k)?;
+            let d = decay.i((.., step, ..))?.reshape((batch, hv, 1, 1))?;
+            let b = beta.i((.., step, ..))?.reshape((batch, hv, 1))?;
+            let decayed = s.broadcast_mul(&d)?;
+            let kv_mem = decayed.broadcast_mul(&k.unsqueeze(3)?)?.sum(2)?; // [B, Hv, dv]
+            let delta = (v - kv_mem)?.broadcast_mul(&b)?;
+            *s = (decayed + k.unsqueeze(3)?.broadcast_mul(&delta.unsqueeze(2)?)?)?;
+            let o = s.broadcast_mul(&q.unsqueeze(3)?)?.sum(2)?; // [B, Hv, dv]
+                                                                // Gated RMSNorm per value head.
+            let inv = rsqrt(&(o.sqr()?.mean_keepdim(D::Minus1)? + c.rms_norm_eps)?)?;
+            let n = o.broadcast_mul(&inv)?.broadcast_mul(&g.norm)?;
+            let gated = (n * silu(&z.i((.., step, .., ..))?)?)?;
+            outputs.push(gated.reshape((batch, 1, hv * dv))?);
+        }
+        let core = Tensor::cat(&outputs, 1)?;
+        linear(&core, &g.out_proj)
+    }
+
+    fn attention(
+        &self,
+        a: &DenseAttention,
+        x: &Tensor,
+        keys: &mut Option<Tensor>,
+        values: &mut Option<Tensor>,
+        position: usize,
+    ) -> Result<Tensor> {
+        let c = &self.config;
+        let (batch, t, _) = x.dims3()?;
+        let (nh, kvh, hd) = (c.num_attention_heads, c.num_key_value_heads, c.head_dim);
+        let qg = linear(x, &a.q)?.reshape((batch, t, nh, 2 * hd))?;
+        let query = qg.narrow(3, 0, hd)?;
+        let gate = qg.narrow(3, hd, hd)?.reshape((batch, t, nh * hd))?;
+        let query = rms_norm(&query.contiguous()?, &a.q_gain, c.rms_norm_eps)?.transpose(1, 2)?; // [B, nh, T, hd]
+        let key = rms_norm(
+            &linear(x, &a.k)?.reshape((batch, t, kvh, hd))?,
+            &a.k_gain,
+            c.rms_norm_eps,
+        )?
+        .transpose(1, 2)?;
+        let value = linear(x, &a.v)?
+            .reshape((batch, t, kvh, hd))?
+            .transpose(1, 2)?
+            .contiguous()?;
+        let (cos, sin) = rope_tables(c, position, t, x.device())?;
+        let query = apply_rope(&query, &cos, &sin, c.rotary_dim())?;
+        let key = apply_rope(&key, &cos, &sin, c.rotary_dim())?;
+        let key = match keys.take() {
+            Some(past) => Tensor::cat(&[past, key], 2)?,
+            None => key,
+        };
+        let value = match values.take() {
+            Some(past) => Tensor::cat(&[past, value], 2)?,
+            None => value,
+        };
+        *keys = Some(key.clone());
+        *values = Some(value.clone());
+        let total = key.dim(2)?;
+        let rep = nh / kvh;
+        let expand = |t: &Tensor| -> Result<Tensor> {
+            if rep == 1 {
+                return Ok(t.clone());
+            }
+            t.unsqueeze(2)?
+                .repeat((1, 1, rep, 1, 1))?
+                .reshape((batch, nh, total, hd))
+        };
+        let (key, value) = (expand(&key)?, expand(&value)?);
+        let scores = (query.contiguous()?.matmul(&key.t()?.contiguous()?)? * (hd as f64).powf(-0.5))?;
+        // Causal mask: query i (absolute position + i) sees keys up to it.
+        let past = total - t;
+        let mask: Vec<f32> = (0..t)
+            .flat_map(|i| (0..total).map(move |j| if j <= past + i { 0.0 } else { f32::NEG_INFINITY }))
+            .collect();
+        let mask = Tensor::from_vec(mask, (t, total), x.device())?;
+        let scores = scores.broadcast_add(&mask)?;
+        let max = scores.max_keepdim(D::Minus1)?;
+        let e = scores.broadcast_sub(&max)?.exp()?;
+        let p = e.broadcast_div(&e.sum_keepdim(D::Minus1)?)?;
+        let out = p
+            .matmul(&value.contiguous()?)?
+            .transpose(1, 2)?
+            .reshape((batch, t, nh * hd))?;
+        let out = (out * sigmoid(&gate)?)?;
+        linear(&out, &a.o)
+    }
+}
+
+/// cos and sin tables [T, rotary_dim] for positions `start..start+t` (text-only
+/// positions make Qwen3.5's interleaved mRoPE ordinary RoPE).
+fn rope_tables(c: &TextConfig, start: usize, t: usize, device: &Device) -> Result<(Tensor, Tensor)> {
+    let rot = c.rotary_dim();
+    let theta = c.rope_parameters.rope_theta as f32;
+    let inv_freq: Vec<f32> = (0..rot / 2)
+        .map(|i| 1.0 / theta.powf((2 * i) as f32 / rot as f32))
+        .collect();
+    let mut cos = Vec::with_capacity(t * rot);
+    let mut sin = Vec::with_capacity(t * rot);
+    for p in start..start + t {
+        let freqs: Vec<f32> = inv_freq.iter().map(|f| p as f32 * f).collect();
+        // The table is cat(freqs, freqs): both halves of the rotated part share frequencies.
+        for _ in 0..2 {
+            cos.extend(freqs.iter().map(|f| f.cos()));
+            sin.extend(freqs.iter().map(|f| f.sin()));
+        }
+    }
+    Ok((
+        Tensor::from_vec(cos, (t, rot), device)?,
+        Tensor::from_vec(sin, (t, rot), device)?,
+    ))
+}
+
+/// NeoX-style rotation of the first `rot` dims of x [B, heads, T, hd].
+fn apply_rope(x: &Tensor, cos: &Tensor, sin: &Tensor, rot: usize) -> Result<Tensor> {
+    let hd = x.dim(3)?;
+    let rotated = x.narrow(3, 0, rot)?;
+    let pass = x.narrow(3, rot, hd - rot)?;
+    let x1 = rotated.narrow(3, 0, rot / 2)?;
+    let x2 = rotated.narrow(3, rot / 2, rot / 2)?;
+    let half = Tensor::cat(&[x2.neg()?, x1], 3)?;
+    let embedded = (rotated.broadcast_mul(cos)? + half.broadcast_mul(sin)?)?;
+    Tensor::cat(&[embedded, pass], 3)
+}
+
+/// The final norm and the logits: `norm(h) @ lm_headᵀ`.
+pub struct DenseHead {
+    gain: Tensor,
+    lm_head: Tensor,
+    eps: f64,
+}
+
+impl DenseHead {
+    pub fn new(final_norm: &Array, lm_head: &Array, config: &TextConfig, device: &Device) -> Result<Self> {
+        Ok(Self {
+            gain: gain(final_norm, device)?,
+            lm_head: tensor(lm_head, device)?,
+            eps: config.rms_norm_eps,
+        })
+    }
+
+    /// Logits [B, T, vocab] for hidden states [B, T, H].
+    pub fn logits(&self, h: &Tensor) -> Result<Tensor> {
+        linear(&rms_norm(h, &self.gain, self.eps)?, &self.lm_head)
+    }
+}

@@ -1,0 +1,24 @@
+//! # inband-qwen35
+//!
+//! The project's one implementation of the Qwen3.5 decoder-layer math, traced from the
+//! reference implementation (see `shared/reference/qwen35-layer-math.md`). The compiler's
+//! own checks, the runtime and the tests all use it.
+//!
+//! - [`config`]: the text configuration read from a checkpoint's config.json;
+//! - [`checkpoint`]: config.json and (sharded) safetensors, memory-mapped;
+//! - [`model`]: a whole text model on the dense path;
+//! - [`weights`]: decoder-layer tensors in host memory, named as in a checkpoint;
+//! - [`scalar`]: the elementwise functions (silu, sigmoid, softplus, norms) in f32;
+//! - [`dense`]: every layer type on candle tensors (CPU; CUDA with candle's feature);
+//! - [`sparse`]: GDN layers on CSR matrices, skipping what provably contributes nothing.
+
+pub mod checkpoint;
+pub mod config;
+pub mod dense;
+pub mod model;
+pub mod scalar;
+pub mod sparse;
+pub mod weights;
+
+pub use config::{Architecture, LayerType, TextConfig};
+pub use weights::{Array, DecoderLayer, TensorSource};

@@ -1,0 +1,88 @@
+//! A whole Qwen3.5 text model on the dense path: embedding, decoder layers (or a range
+//! of them), final norm and lm_head.
+
+use candle_core::{Device, Tensor};
+
+use crate::checkpoint::Checkpoint;
+use crate::config::TextConfig;
+use crate::dense::{tensor, DenseHead, DenseLayer, DenseState};
+use crate::weights::{DecoderLayer, TensorSource};
+
+/// The dense model.
+pub struct DenseModel {
+    pub config: TextConfig,
+    embed: Tensor,
+    layers: Vec<DenseLayer>,
+    head: DenseHead,
+    device: Device,
+}
+
+/// Per-layer carried state plus the position of the next token.
+pub struct ModelState {
+    pub layers: Vec<DenseState>,
+    pub position: usize,
+}
+
+impl DenseModel {
+    /// Loads every layer of a checkpoint.
+    pub fn from_checkpoint(ck: &Checkpoint, device: &Device) -> anyhow::Result<Self> {
+        let c = &ck.config;
+        let p = ck.text_prefix();
+        let embed_name = format!("{p}embed_tokens.weight");
+        let embed = ck.tensor(&embed_name)?;
+        let lm_head = if c.tie_word_embeddings {
+            embed.clone()
+        } else {
+            ck.tensor("lm_head.weight")?
+        };
+        let mut layers = Vec::with_capacity(c.num_hidden_layers);
+        for (i, kind) in c.layer_types.iter().enumerate() {
+            let layer = DecoderLayer::load(ck, &format!("{p}layers.{i}."), *kind, c)?;
+            layers.push(DenseLayer::new(&layer, c, device)?);
+        }
+        let norm = ck.tensor(&format!("{p}norm.weight"))?;
+        Ok(Self {
+            config: c.clone(),
+            embed: tensor(&embed, device)?,
+            layers,
+            head: DenseHead::new(&norm, &lm_head, c, device)?,
+            device: device.clone(),
+        })
+    }
+
+    pub fn new_state(&self) -> anyhow::Result<ModelState> {
+        let layers = self
+            .layers
+            .iter()
+            .map(|l| l.new_state(1, &self.device))
+            .collect::<Result<_, _>>()?;
+        Ok(ModelState { layers, position: 0 })
+    }
+
+    /// Embeddings [1, T, H] of token ids.
+    pub fn embed(&self, tokens: &[u32]) -> anyhow::Result<Tensor> {
+        let ids = Tensor::from_slice(tokens, tokens.len(), &self.device)?;
+        Ok(self.embed.index_select(&ids, 0)?.unsqueeze(0)?)
+    }
+
+    /// Runs `tokens` through layers `range` (all by default), returning hidden states [1, T, H].
+    pub fn hidden(
+        &self,
+        tokens: &[u32],
+        state: &mut ModelState,
+        range: std::ops::Range<usize>,
+    ) -> anyhow::Result<Tensor> {
+        let mut h = self.embed(tokens)?;
+        for i in range {
+            h = self.layers[i].forward(&h, &mut state.layers[i], state.position)?;
+        }
+        state.position += tokens.len();
+        Ok(h)
+    }
+
+    /// Logits [T, vocab] for `tokens`, continuing from `state`.
+    pub fn logits(&self, tokens: &[u32], state: &mut ModelState) -> anyhow::Result<Tensor> {
+        let h = self.hidden(tokens, state, 0..self.layers.len())?;
+        Ok(self.head.logits(&h)?.squeeze(0)?)
+    }
+}

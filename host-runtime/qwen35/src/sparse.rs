@@ -1,0 +1,346 @@
+//! The sparse evaluation path: the same decoder-layer math as the dense path, for
+//! linear-attention (GDN) layers, skipping work that provably contributes nothing:
+//! zero weights (CSR matrices), conv channels with all-zero taps, MLP neurons with
+//! empty rows, heads whose beta is exactly 0 (the state is untouched bit for bit) and
+//! whose query is exactly 0 (the read is exactly 0). Chip layers are almost all zeros,
+//! so this path runs real programs on the CPU.
+
+use crate::config::TextConfig;
+use crate::scalar::{self, rsqrt, sigmoid, silu};
+use crate::weights::{Array, DecoderLayer, Mixer};
+
+/// Order in which each row's products are accumulated. Both are faithful
+/// implementations of the same math; the chip must not care which one runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SumOrder {
+    /// Ascending column index.
+    #[default]
+    Forward,
+    /// Descending column index.
+    Reverse,
+}
+
+/// A compressed-sparse-row f32 matrix.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SparseMatrix {
+    pub rows: usize,
+    pub cols: usize,
+    row_start: Vec<u32>,
+    col: Vec<u32>,
+    value: Vec<f32>,
+}
+
+impl SparseMatrix {
+    pub fn from_dense(a: &Array) -> Self {
+        let (rows, cols) = a.dims2();
+        let mut row_start = Vec::with_capacity(rows + 1);
+        let (mut col, mut value) = (Vec::new(), Vec::new());
+        row_start.push(0);
+        for r in 0..rows {
+            for (c, &v) in a.row(r).iter().enumerate() {
+                if v != 0.0 {
+                    col.push(c as u32);
+                    value.push(v);
+                }
+            }
+            row_start.push(col.len() as u32);
+        }
+        Self {
+            rows,
+            cols,
+            row_start,
+            col,
+            value,
+        }
+    }
+
+    pub fn nonzeros(&self) -> usize {
+        self.value.len()
+    }
+
+    /// True when row `r` has no nonzero entry.
+    pub fn row_is_empty(&self, r: usize) -> bool {
+        self.row_start[r] == self.row_start[r + 1]
+    }
+
+    /// The dot product of row `r` with `x`.
+    #[inline]
+    pub fn row_dot(&self, r: usize, x: &[f32], order: SumOrder) -> f32 {
+        let (s, e) = (self.row_start[r] as usize, self.row_start[r + 1] as usize);
+        let (cols, vals) = (&self.col[s..e], &self.value[s..e]);
+        let mut acc = 0.0f32;
+        match order {
+            SumOrder::Forward => {
+                for (c, v) in cols.iter().zip(vals) {
+                    acc += v * x[*c as usize];
+                }
+            }
+            SumOrder::Reverse => {
+                for (c, v) in cols.iter().zip(vals).rev() {
+                    acc += v * x[*c as usize];
+                }
+            }
+        }
+        acc
+    }
+
+    /// `out = self · x`.
+    pub fn matvec(&self, x: &[f32], out: &mut [f32], order: SumOrder) {
+        for (r, o) in out.iter_mut().enumerate().take(self.rows) {
+            *o = self.row_dot(r, x, order);
+        }
+    }
+}
+
+/// The recurrent state of one linear-attention layer for one sequence.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GdnState {
+    /// Raw (pre-conv) q/k/v projections of the last K-1 tokens, oldest first:
+    /// [K-1][conv_dim].
+    pub conv: Vec<f32>,
+    /// [Hv][dk][dv].
+    pub recurrent: Vec<f32>,
+}
+
+impl GdnState {
+    pub fn new(c: &TextConfig) -> Self {
+        Self {
+            conv: vec![0.0; (c.linear_conv_kernel_dim - 1) * c.conv_dim()],
+            recurrent: vec![0.0; c.linear_num_value_heads * c.linear_key_head_dim * c.linear_value_head_dim],
+        }
+    }
+}
+
+/// A GDN decoder layer prepared for sparse evaluation.
+#[derive(Debug, Clone)]
+pub struct SparseLayer {
+    config: TextConfig,
+    input_gain: Vec<f32>,
+    post_gain: Vec<f32>,
+    qkv: SparseMatrix,
+    z: SparseMatrix,
+    b: SparseMatrix,
+    a: SparseMatrix,
+    /// [conv_dim][K].
+    conv: Vec<f32>,
+    /// Channels with a nonzero tap.
+    live_channels: Vec<usize>,
+    a_log: Vec<f32>,
+    dt_bias: Vec<f32>,
+    norm: Vec<f32>,
+    out_proj: SparseMatrix,
+    gate: SparseMatrix,
+    up: SparseMatrix,
+    down: SparseMatrix,
+    /// MLP neurons whose gate and up rows both have entries.
+    live_neurons: Vec<usize>,
+    pub order: SumOrder,
+}
+
+/// Scratch buffers reused across steps.
+#[derive(Debug, Clone, Default)]
+pub struct Scratch {
+    xn: Vec<f32>,
+    mixed: Vec<f32>,
+    y: Vec<f32>,
+    head_out: Vec<f32>,
+    neurons: Vec<f32>,
+}
+
+impl SparseLayer {
+    /// Prepares a linear-attention layer; `None` for a full-attention layer.
+    pub fn new(layer: &DecoderLayer, config: &TextConfig) -> Option<Self> {
+        let Mixer::Linear(l) = &layer.mixer else { return None };
+        let k = config.linear_conv_kernel_dim;
+        let live_channels = (0..config.conv_dim())
+            .filter(|&c| l.conv1d.data[c * k..(c + 1) * k].iter().any(|w| *w != 0.0))
+            .collect();
+        let gate = SparseMatrix::from_dense(&layer.mlp.gate_proj);
+        let up = SparseMatrix::from_dense(&layer.mlp.up_proj);
+        let live_neurons = (0..gate.rows)
+            .filter(|&n| !gate.row_is_empty(n) && !up.row_is_empty(n))
+            .collect();
+        Some(Self {
+            config: config.clone(),
+            input_gain: layer.input_layernorm.data.iter().map(|w| 1.0 + w).collect(),
+            post_gain: layer.post_attention_layernorm.data.iter().map(|w| 1.0 + w).collect(),
+            qkv: SparseMatrix::from_dense(&l.in_proj_qkv),
+            z: SparseMatrix::from_dense(&l.in_proj_z),
+            b: SparseMatrix::from_dense(&l.in_proj_b),
+            a: SparseMatrix::from_dense(&l.in_proj_a),
+            conv: l.conv1d.data.clone(),
+            live_channels,
+            a_log: l.a_log.data.clone(),
+            dt_bias: l.dt_bias.data.clone(),
+            norm: l.norm.data.clone(),
+            out_proj: SparseMatrix::from_dense(&l.out_proj),
+            gate,
+            up,
+            down: SparseMatrix::from_dense(&layer.mlp.down_proj),
+            live_neurons,
+            order: SumOrder::Forward,
+        })
+    }
+
+    /// Nonzero weights of the layer's matrices.
+    pub fn nonzeros(&self) -> usize {
+        [
+            &self.qkv,
+            &self.z,
+            &self.b,
+            &self.a,
+            &self.out_proj,
+            &self.gate,
+            &self.up,
+            &self.down,
+        ]
+        .iter()
+        .map(|m| m.nonzeros())
+        .sum()
+    }
+
+    fn rms_norm(&self, x: &[f32], gain: &[f32], out: &mut [f32]) {
+        let eps = self.config.rms_norm_eps as f32;
+        let inv = rsqrt(scalar::sum_of_squares(x) / x.len() as f32 + eps);
+        for ((o, v), g) in out.iter_mut().zip(x).zip(gain) {
+            *o = (v * inv) * g;
+        }
+    }
+
+    /// Runs one token through the layer, updating `hidden` ([H]) and `state` in place.
+    pub fn step(&self, hidden: &mut [f32], state: &mut GdnState, scratch: &mut Scratch) {
+        let c = &self.config;
+        let (h, conv_dim, k) = (c.hidden_size, c.conv_dim(), c.linear_conv_kernel_dim);
+        let (hk, hv, dk, dv) = (
+            c.linear_num_key_heads,
+            c.linear_num_value_heads,
+            c.linear_key_head_dim,
+            c.linear_value_head_dim,
+        );
+        let group = c.value_heads_per_key_head();
+        let order = self.order;
+        scratch.xn.resize(h, 0.0);
+        scratch.mixed.resize(conv_dim, 0.0);
+        scratch.y.resize(conv_dim, 0.0);
+        scratch.head_out.resize(c.value_dim(), 0.0);
+
+        // Input norm and the q/k/v projection (raw, before the conv).
+        self.rms_norm(hidden, &self.input_gain, &mut scratch.xn);
+        let xn = &scratch.xn;
+        self.qkv.matvec(xn, &mut scratch.mixed, order);
+
+        // Causal depthwise conv over [K-1 cached raw inputs, this input], then SiLU.
+        scratch.y.fill(0.0);
+        for &ch in &self.live_channels {
+            let w = &self.conv[ch * k..(ch + 1) * k];
+            let mut u = 0.0f32;
+            for (j, wj) in w.iter().enumerate().take(k - 1) {
+                u += wj * state.conv[j * conv_dim + ch];
+            }
+            u += w[k - 1] * scratch.mixed[ch];
+            scratch.y[ch] = silu(u);
+        }
+        state.conv.copy_within(conv_dim.., 0);
+        let newest = (k - 2) * conv_dim;
+        state.conv[newest..newest + conv_dim].copy_from_slice(&scratch.mixed);
+
+        // q and k per key head: L2-normalised, q scaled by 1/sqrt(dk).
+        let key_dim = c.key_dim();
+        let (q_all, rest) = scratch.y.split_at_mut(key_dim);
+        let (k_all, v_all) = rest.split_at_mut(key_dim);
+        let q_scale = (dk as f32).sqrt();
+        let mut q_live = vec![false; hk];
+        for head in 0..hk {
+            let q = &mut q_all[head * dk..(head + 1) * dk];
+            q_live[head] = q.iter().any(|v| *v != 0.0);
+            if q_live[head] {
+                scalar::l2norm_in_place(q);
+                for v in q.iter_mut() {
+                    *v /= q_scale;
+                }
+            }
+            let kk = &mut k_all[head * dk..(head + 1) * dk];
+            if kk.iter().any(|v| *v != 0.0) {
+                scalar::l2norm_in_place(kk);
+            }
+        }
+
+        // The delta rule and the read, per value head.
+        scratch.head_out.fill(0.0);
+        for head in 0..hv {
+            let key_head = head / group;
+            let beta = sigmoid(self.b.row_dot(head, xn, order));
+            let decay = scalar::gdn_decay(self.a_log[head], self.a.row_dot(head, xn, order), self.dt_bias[head]);
+            let s = &mut state.recurrent[head * dk * dv..(head + 1) * dk * dv];
+            if decay != 1.0 {
+                for v in s.iter_mut() {
+                    *v *= decay;
+                }
+            }
+            let key = &k_all[key_head * dk..(key_head + 1) * dk];
+            if beta != 0.0 {
+                let value = &v_all[head * dv..(head + 1) * dv];
+                let mut delta = vec![0.0f32; dv];
+                for (e, d) in delta.iter_mut().enumerate() {
+                    let mut mem = 0.0f32;
+                    for (row, kv) in key.iter().enumerate() {
+                        if *kv != 0.0 {
+                            mem += s[row * dv + e] * kv;
+                        }
+                    }
+                    *d = (value[e] - mem) * beta;
+                }
+                for (row, kv) in key.iter().enumerate() {
+                    if *kv != 0.0 {
+                        for (e, d) in delta.iter().enumerate() {
+                            s[row * dv + e] += kv * d;
+                        }
+                    }
+                }
+            }
+            if !q_live[key_head] {
+                continue;
+            }
+            let q = &q_all[key_head * dk..(key_head + 1) * dk];
+            let out = &mut scratch.head_out[head * dv..(head + 1) * dv];
+            for (e, o) in out.iter_mut().enumerate() {
+                let mut acc = 0.0f32;
+                for (row, qv) in q.iter().enumerate() {
+                    if *qv != 0.0 {
+                        acc += s[row * dv + e] * qv;
+                    }
+                }
+                *o = acc;
+            }
+            // Gated RMSNorm: per head, magnitude discarded, times weight and silu(z).
+            let eps = c.rms_norm_eps as f32;
+            let inv = rsqrt(scalar::sum_of_squares(out) / dv as f32 + eps);
+            for (e, o) in out.iter_mut().enumerate() {
+                let zv = self.z.row_dot(head * dv + e, xn, order);
+                *o = (self.norm[e] * (*o * inv)) * silu(zv);
+            }
+        }
+
+        // out_proj, then the residual.
+        for (r, hid) in hidden.iter_mut().enumerate() {
+            if !self.out_proj.row_is_empty(r) {
+                *hid += self.out_proj.row_dot(r, &scratch.head_out, order);
+            }
+        }
+
+        // MLP.
+        self.rms_norm(hidden, &self.post_gain, &mut scratch.xn);
+        scratch.neurons.clear();
+        scratch.neurons.resize(self.gate.rows, 0.0);
+        for &n in &self.live_neurons {
+            let g = self.gate.row_dot(n, &scratch.xn, order);
+            let u = self.up.row_dot(n, &scratch.xn, order);
+            scratch.neurons[n] = silu(g) * u;
+        }
+        for (r, hid) in hidden.iter_mut().enumerate() {
+            if !self.down.row_is_empty(r) {
+                *hid += self.down.row_dot(r, &scratch.neurons, order);
+            }
+        }
+    }
+}

@@ -1,0 +1,62 @@
+#!/usr/bin/env python3
+"""Reference outputs from stock transformers (the torch fallback path, fp32, TF32 off).
+
+    qwen35_reference.py random-model DIR      write a small random Qwen3_5ForCausalLM to DIR
+    qwen35_reference.py logits DIR IDS...     print JSON {prefill, decode} logits for the token ids
+
+Used by the exactness suites where torch and transformers are installed (a development
+venv, or the GPU machine); nothing here runs in CI.
+"""
+import json
+import sys
+
+import torch
+
+torch.backends.cuda.matmul.allow_tf32 = False
+torch.backends.cudnn.allow_tf32 = False
+
+
+def random_model(out_dir):
+    from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
+
+    torch.manual_seed(0)
+    config = Qwen3_5TextConfig(
+        hidden_size=64, intermediate_size=96, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=32, linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16,
+        linear_value_head_dim=16, vocab_size=120, tie_word_embeddings=True, max_position_embeddings=4096,
+    )
+    model = Qwen3_5ForCausalLM(config).float()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight") or "layernorm" in name:
+                p.copy_(torch.randn_like(p) * 0.2 + (1.0 if "linear_attn.norm" in name else 0.0))
+            elif name.endswith("dt_bias"):
+                p.copy_(torch.randn_like(p))
+    model.save_pretrained(out_dir, safe_serialization=True)
+
+
+def logits(model_dir, ids):
+    from transformers import AutoModelForCausalLM, DynamicCache
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="eager").to(device)
+    model.eval()
+    x = torch.tensor([ids], device=device)
+    with torch.no_grad():
+        prefill = model(x).logits[0].float().cpu().tolist()
+        cache = DynamicCache(config=model.config)
+        decode = []
+        for i in range(len(ids)):
+            out = model(x[:, i : i + 1], past_key_values=cache, use_cache=True)
+            cache = out.past_key_values
+            decode.append(out.logits[0, 0].float().cpu().tolist())
+    json.dump({"prefill": prefill, "decode": decode}, sys.stdout)
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "random-model":
+        random_model(sys.argv[2])
+    elif sys.argv[1] == "logits":
+        logits(sys.argv[2], [int(i) for i in sys.argv[3:]])
+    else:
+        sys.exit(__doc__)
