@@ -1,5 +1,22 @@
 //! # inband-circuits
 //!
-//! Owns the exact neural circuit primitives (named residual slots, constants, boolean
-//! gates, compare, select, add with carry, one-hot decode, shifts, GDN RAM ports) and
-//! the residual-stream allocator that names every dimension a circuit uses.
+//! Owns the exact neural circuit IR and its primitives:
+//! - [`expr`]: signals (named residual dimensions) and affine expressions over them;
+//! - [`token`]: the chip token vocabulary (kinds of small one-hot fields);
+//! - [`circuit`]: blocks of SwiGLU neurons, GDN memories with their reads and writes,
+//!   and the outputs that choose the next token;
+//! - [`primitives`]: exact gates, select, compare, add/sub with carry on 32-bit words,
+//!   one-hot decode/encode and shifts, each stating its numeric contract;
+//! - [`contract`]: how nominal values map onto the layer math, and why that is exact.
+//!
+//! The compiler that schedules a circuit into Qwen3.5 layers is `inband-weightgen`.
+
+pub mod circuit;
+pub mod contract;
+pub mod expr;
+pub mod primitives;
+pub mod token;
+
+pub use circuit::{Address, Block, Circuit, Memory, Neuron, Output, Read, Source, Target, Write};
+pub use expr::{Delayed, Expr, Range, Signal};
+pub use token::{ChipToken, FieldDef, KindDef, TokenSpec};

@@ -1,5 +1,18 @@
 //! # inband-weightgen
 //!
-//! Owns the CPU described with circuits, the scheduler that places a circuit graph into
-//! the fewest stock Qwen3.5 decoder layers, and the chip pack it emits (layer tensors,
-//! chip-token embedding rows, manifest and allocation report).
+//! The circuit compiler: schedules a circuit (inband-circuits) into the fewest stock
+//! Qwen3.5 decoder layers and emits their weights.
+//! - [`schedule`]: which layer each MLP block and GDN memory goes to;
+//! - [`layout`]: the chip's residual dimensions and the anchors that pin the norm;
+//! - [`emit`]: layer weights, chip-token embedding rows, token choice;
+//! - [`runner`]: stepping a compiled chip with the project's layer math;
+//! - [`toy`]: an 8-bit accumulator machine compiled end to end, with its reference model.
+
+pub mod emit;
+pub mod layout;
+pub mod runner;
+pub mod schedule;
+pub mod toy;
+
+pub use emit::{compile, target_of, Chip, CompileError};
+pub use runner::{ChipRunner, MathPath};

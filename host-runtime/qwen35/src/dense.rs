@@ -255,12 +255,14 @@ impl DenseLayer {
             let k = l2norm(&k)?;
             let d = decay.i((.., step, ..))?.reshape((batch, hv, 1, 1))?;
             let b = beta.i((.., step, ..))?.reshape((batch, hv, 1))?;
+            // The reference sums (S * k).sum over dk; a batched matmul is the same
+            // contraction in another summation order.
             let decayed = s.broadcast_mul(&d)?;
-            let kv_mem = decayed.broadcast_mul(&k.unsqueeze(3)?)?.sum(2)?; // [B, Hv, dv]
+            let kv_mem = k.unsqueeze(2)?.matmul(&decayed)?.squeeze(2)?; // [B, Hv, dv]
             let delta = (v - kv_mem)?.broadcast_mul(&b)?;
-            *s = (decayed + k.unsqueeze(3)?.broadcast_mul(&delta.unsqueeze(2)?)?)?;
-            let o = s.broadcast_mul(&q.unsqueeze(3)?)?.sum(2)?; // [B, Hv, dv]
-                                                                // Gated RMSNorm per value head.
+            *s = (decayed + k.unsqueeze(3)?.matmul(&delta.unsqueeze(2)?)?)?;
+            let o = q.unsqueeze(2)?.matmul(s)?.squeeze(2)?; // [B, Hv, dv]
+                                                            // Gated RMSNorm per value head.
             let inv = rsqrt(&(o.sqr()?.mean_keepdim(D::Minus1)? + c.rms_norm_eps)?)?;
             let n = o.broadcast_mul(&inv)?.broadcast_mul(&g.norm)?;
             let gated = (n * silu(&z.i((.., step, .., ..))?)?)?;

@@ -7,6 +7,7 @@
 //! - [`config`]: the text configuration read from a checkpoint's config.json;
 //! - [`checkpoint`]: config.json and (sharded) safetensors, memory-mapped;
 //! - [`model`]: a whole text model on the dense path;
+//! - [`presets`]: the published shapes (0.8b, 2b, 4b, 9b) and a tiny test shape;
 //! - [`weights`]: decoder-layer tensors in host memory, named as in a checkpoint;
 //! - [`scalar`]: the elementwise functions (silu, sigmoid, softplus, norms) in f32;
 //! - [`dense`]: every layer type on candle tensors (CPU; CUDA with candle's feature);
@@ -16,6 +17,7 @@ pub mod checkpoint;
 pub mod config;
 pub mod dense;
 pub mod model;
+pub mod presets;
 pub mod scalar;
 pub mod sparse;
 pub mod weights;

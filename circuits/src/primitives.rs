@@ -1,0 +1,354 @@
+//! Exact primitives built from SwiGLU neurons. Every one takes inputs whose nominal
+//! values are integers and returns outputs whose nominal values are integers, with
+//! every neuron's gate at least 1/2 nominal unit (128 pre-activation) away from zero,
+//! so silu acts as an exact switch: 0 below, identity above.
+//!
+//! Linear work (negation, sums, constants, reading bits out of one-hot codes) is free:
+//! primitives return [`Expr`]s and only spend neurons on the nonlinear part.
+
+use crate::circuit::{BlockBuilder, Circuit};
+use crate::contract::GATE_SCALE;
+use crate::expr::{Expr, Range, Signal};
+
+const K: f64 = GATE_SCALE;
+
+/// A constant gate that sits in silu's identity region: silu(IDENTITY_GATE) = IDENTITY_GATE.
+pub const IDENTITY_GATE: f64 = 128.0;
+
+/// Adds neurons to `b` contributing `coefficient · [cond > 0] · value` to each output.
+///
+/// Contract: `cond` takes integer values within `cond_range`. One neuron when cond is
+/// at most 1 (gate K·(cond − ½) is ±K/2 or lower); otherwise two, whose difference
+/// silu(K(2·cond − ½)) − silu(K(2·cond − 3/2)) is exactly K for cond ≥ 1 and exactly
+/// 0 for cond ≤ 0 (both gates at or below −K/2).
+pub fn add_gated(b: &mut BlockBuilder, cond: &Expr, cond_range: (f64, f64), value: &Expr, outputs: &[(Signal, f64)]) {
+    let (lo, hi) = cond_range;
+    if hi <= 0.0 {
+        return;
+    }
+    let scaled = |k: f64| outputs.iter().map(|(s, c)| (*s, c * k)).collect::<Vec<_>>();
+    if lo >= 1.0 {
+        b.neuron(
+            Expr::constant(IDENTITY_GATE),
+            value.clone(),
+            &scaled(1.0 / IDENTITY_GATE),
+        );
+    } else if hi <= 1.0 {
+        b.neuron((cond.clone() - 0.5) * K, value.clone(), &scaled(2.0 / K));
+    } else {
+        b.neuron((cond.clone() * 2.0 - 0.5) * K, value.clone(), &scaled(1.0 / K));
+        b.neuron((cond.clone() * 2.0 - 1.5) * K, value.clone(), &scaled(-1.0 / K));
+    }
+}
+
+/// Passes `value` through unchanged into the outputs (an identity neuron): how a
+/// signal is added into dimensions another signal already occupies.
+pub fn add_identity(b: &mut BlockBuilder, value: &Expr, outputs: &[(Signal, f64)]) {
+    let scaled: Vec<_> = outputs.iter().map(|(s, c)| (*s, c / IDENTITY_GATE)).collect();
+    b.neuron(Expr::constant(IDENTITY_GATE), value.clone(), &scaled);
+}
+
+/// `[cond > 0]` for an integer-valued `cond`: a new 0/1 signal.
+pub fn step(c: &mut Circuit, name: &str, cond: Expr) -> Signal {
+    let range = c.expr_range(&cond);
+    let mut b = c.block(name);
+    let out = b.output("out", Range::BIT);
+    add_gated(&mut b, &cond, range, &Expr::constant(1.0), &[(out, 1.0)]);
+    c.add_block(b);
+    out
+}
+
+/// Many independent steps in one block: `[condᵢ > 0]`.
+pub fn steps(c: &mut Circuit, name: &str, conds: &[(String, Expr)]) -> Vec<Signal> {
+    let ranges: Vec<_> = conds.iter().map(|(_, e)| c.expr_range(e)).collect();
+    let mut b = c.block(name);
+    let outs: Vec<Signal> = conds.iter().map(|(n, _)| b.output(n.clone(), Range::BIT)).collect();
+    for ((_, cond), (range, out)) in conds.iter().zip(ranges.iter().zip(&outs)) {
+        add_gated(&mut b, cond, *range, &Expr::constant(1.0), &[(*out, 1.0)]);
+    }
+    c.add_block(b);
+    outs
+}
+
+/// Bitwise AND, OR and XOR of equal-length 0/1 vectors, one neuron per bit (the AND);
+/// OR = a + b − AND and XOR = a + b − 2·AND are linear in it.
+#[derive(Debug, Clone)]
+pub struct Bitwise {
+    pub and: Vec<Expr>,
+    pub or: Vec<Expr>,
+    pub xor: Vec<Expr>,
+}
+
+pub fn bitwise(c: &mut Circuit, name: &str, a: &[Expr], b: &[Expr]) -> Bitwise {
+    assert_eq!(a.len(), b.len());
+    let conds: Vec<(String, Expr)> = a
+        .iter()
+        .zip(b)
+        .enumerate()
+        .map(|(i, (x, y))| (format!("and{i}"), x.clone() + y.clone() - 1.0))
+        .collect();
+    let ands = steps(c, name, &conds);
+    let and: Vec<Expr> = ands.iter().map(|s| Expr::signal(*s)).collect();
+    let or = a
+        .iter()
+        .zip(b)
+        .zip(&and)
+        .map(|((x, y), n)| x.clone() + y.clone() - n.clone())
+        .collect();
+    let xor = a
+        .iter()
+        .zip(b)
+        .zip(&and)
+        .map(|((x, y), n)| x.clone() + y.clone() - n.clone() * 2.0)
+        .collect();
+    Bitwise { and, or, xor }
+}
+
+/// `if sel { a } else { b }` for each pair, with `sel` 0/1: b + [sel]·(a − b), one
+/// neuron per element.
+pub fn select(c: &mut Circuit, name: &str, sel: &Expr, a: &[Expr], b: &[Expr], range: Range) -> Vec<Expr> {
+    assert_eq!(a.len(), b.len());
+    let sel_range = c.expr_range(sel);
+    let mut block = c.block(name);
+    let mut out = Vec::with_capacity(a.len());
+    for (i, (x, y)) in a.iter().zip(b).enumerate() {
+        let diff = Range::new(range.lo - range.hi, range.hi - range.lo);
+        let s = block.output(format!("d{i}"), diff);
+        add_gated(&mut block, sel, sel_range, &(x.clone() - y.clone()), &[(s, 1.0)]);
+        out.push(y.clone() + Expr::signal(s));
+    }
+    c.add_block(block);
+    out
+}
+
+/// One-hot decode of 0/1 `bits` (least significant first): signal v is 1 exactly
+/// when the bits spell v. One neuron per value: the match count of v's pattern
+/// reaches n only for v.
+pub fn decode(c: &mut Circuit, name: &str, bits: &[Expr]) -> Vec<Signal> {
+    let n = bits.len();
+    let conds: Vec<(String, Expr)> = (0..1usize << n)
+        .map(|v| {
+            let matches = bits.iter().enumerate().fold(Expr::zero(), |e, (i, bit)| {
+                if v >> i & 1 == 1 {
+                    e + bit.clone()
+                } else {
+                    e + (Expr::constant(1.0) - bit.clone())
+                }
+            });
+            (format!("is{v}"), matches - (n as f64 - 1.0))
+        })
+        .collect();
+    steps(c, name, &conds)
+}
+
+/// The value of a one-hot vector (linear).
+pub fn encode(onehot: &[Expr]) -> Expr {
+    onehot
+        .iter()
+        .enumerate()
+        .fold(Expr::zero(), |e, (v, s)| e + s.clone() * v as f64)
+}
+
+/// Bit `i` of the value a one-hot vector selects (linear).
+pub fn onehot_bit(onehot: &[Expr], i: usize) -> Expr {
+    onehot
+        .iter()
+        .enumerate()
+        .filter(|(v, _)| v >> i & 1 == 1)
+        .fold(Expr::zero(), |e, (_, s)| e + s.clone())
+}
+
+/// A 32-bit word as eight nibble values (least significant first), each an
+/// integer-valued expression in 0..15.
+#[derive(Debug, Clone)]
+pub struct Word {
+    pub nibbles: Vec<Expr>,
+}
+
+impl Word {
+    pub const NIBBLES: usize = 8;
+
+    /// The word spelled by 32 0/1 bit expressions (least significant first).
+    pub fn from_bits(bits: &[Expr]) -> Self {
+        assert_eq!(bits.len(), 32);
+        let nibbles = bits
+            .chunks(4)
+            .map(|b| {
+                b.iter()
+                    .enumerate()
+                    .fold(Expr::zero(), |e, (i, x)| e + x.clone() * (1u32 << i) as f64)
+            })
+            .collect();
+        Self { nibbles }
+    }
+
+    /// The word whose nibbles are the values of eight one-hot vectors.
+    pub fn from_onehot_nibbles(nibbles: &[Vec<Expr>]) -> Self {
+        Self {
+            nibbles: nibbles.iter().map(|n| encode(n)).collect(),
+        }
+    }
+
+    /// Nibble-wise complement 15 − n (linear): the bitwise NOT of the word.
+    pub fn not(&self) -> Self {
+        Self {
+            nibbles: self.nibbles.iter().map(|n| Expr::constant(15.0) - n.clone()).collect(),
+        }
+    }
+}
+
+/// The result of [`add`]: the sum and the carries out of each nibble.
+#[derive(Debug, Clone)]
+pub struct Sum {
+    pub word: Word,
+    /// carries[m] is the carry into nibble m (carries[0] is the carry in,
+    /// carries[n] the carry out of the word).
+    pub carries: Vec<Expr>,
+    /// 1 when nibble m of a and b add to exactly 15 (it propagates a carry).
+    pub propagate: Vec<Expr>,
+}
+
+/// a + b + carry_in modulo 16^n (n = the words' nibble count, 8 for 32 bits), with
+/// the carry out: two MLP layers.
+///
+/// Layer 1: per nibble, s = a + b (0..30), generate G = [s ≥ 16] and Q = [s ≥ 15]
+/// (propagate P = Q − G). Layer 2: the carry into nibble m is the sign of
+/// Σ_{j<m} 2^{j+1}·(G_j + Q_j − 1) + (2·carry_in − 1): the most significant nibble that
+/// does not merely propagate decides, and the sum is odd, so never 0. Sum nibbles
+/// s_m + c_m − 16·c_{m+1} are linear in the carries.
+pub fn add(c: &mut Circuit, name: &str, a: &Word, b: &Word, carry_in: &Expr) -> Sum {
+    assert_eq!(a.nibbles.len(), b.nibbles.len());
+    let n = a.nibbles.len();
+    let s: Vec<Expr> = a
+        .nibbles
+        .iter()
+        .zip(&b.nibbles)
+        .map(|(x, y)| x.clone() + y.clone())
+        .collect();
+    let mut conds = Vec::new();
+    for (m, sm) in s.iter().enumerate() {
+        conds.push((format!("g{m}"), sm.clone() - 15.0));
+        conds.push((format!("q{m}"), sm.clone() - 14.0));
+    }
+    let gq = steps(c, &format!("{name}.gp"), &conds);
+    let (g, q): (Vec<Expr>, Vec<Expr>) = gq.chunks(2).map(|p| (Expr::signal(p[0]), Expr::signal(p[1]))).unzip();
+    let propagate: Vec<Expr> = g.iter().zip(&q).map(|(g, q)| q.clone() - g.clone()).collect();
+    let cin_term = carry_in.clone() * 2.0 - 1.0;
+    let carry_conds: Vec<(String, Expr)> = (1..=n)
+        .map(|m| {
+            let e = (0..m).fold(cin_term.clone(), |e, j| {
+                e + (g[j].clone() + q[j].clone() - 1.0) * (1u64 << (j + 1)) as f64
+            });
+            (format!("c{m}"), e)
+        })
+        .collect();
+    let carry_signals = steps(c, &format!("{name}.carry"), &carry_conds);
+    let mut carries = vec![carry_in.clone()];
+    carries.extend(carry_signals.iter().map(|s| Expr::signal(*s)));
+    let nibbles = (0..n)
+        .map(|m| s[m].clone() + carries[m].clone() - carries[m + 1].clone() * 16.0)
+        .collect();
+    Sum {
+        word: Word { nibbles },
+        carries,
+        propagate,
+    }
+}
+
+/// a − b (a + NOT b + 1); the last carry is 1 exactly when a ≥ b unsigned.
+pub fn sub(c: &mut Circuit, name: &str, a: &Word, b: &Word) -> Sum {
+    add(c, name, a, &b.not(), &Expr::constant(1.0))
+}
+
+/// Comparisons of two words from one subtraction.
+#[derive(Debug, Clone)]
+pub struct Comparison {
+    pub equal: Expr,
+    pub less_unsigned: Expr,
+    pub less_signed: Expr,
+    pub difference: Word,
+}
+
+/// Compares a and b. Signed order is unsigned order with the sign bits flipped, which
+/// for the top nibble n is (n + 8) mod 16; `a_top`/`b_top` are one-hot vectors of the
+/// top nibbles (16 entries) so that flip is linear. Three MLP layers: the subtraction's
+/// two, then equality (all nibbles propagate) in the second.
+pub fn compare(c: &mut Circuit, name: &str, a: &Word, b: &Word, a_top: &[Expr], b_top: &[Expr]) -> Comparison {
+    let unsigned = sub(c, &format!("{name}.u"), a, b);
+    let flip = |top: &[Expr]| {
+        top.iter()
+            .enumerate()
+            .fold(Expr::zero(), |e, (v, x)| e + x.clone() * ((v + 8) % 16) as f64)
+    };
+    let mut a_s = a.clone();
+    let mut b_s = b.clone();
+    let top = a.nibbles.len() - 1;
+    a_s.nibbles[top] = flip(a_top);
+    b_s.nibbles[top] = flip(b_top);
+    let signed = sub(c, &format!("{name}.s"), &a_s, &b_s);
+    let all_propagate = unsigned.propagate.iter().fold(Expr::zero(), |e, p| e + p.clone());
+    let nibbles = unsigned.propagate.len() as f64;
+    let equal = Expr::signal(step(c, &format!("{name}.eq"), all_propagate - (nibbles - 1.0)));
+    Comparison {
+        equal,
+        less_unsigned: Expr::constant(1.0) - unsigned.carries.last().unwrap().clone(),
+        less_signed: Expr::constant(1.0) - signed.carries.last().unwrap().clone(),
+        difference: unsigned.word,
+    }
+}
+
+/// Which way [`shift`] moves bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShiftKind {
+    LeftLogical,
+    RightLogical,
+    RightArithmetic,
+}
+
+/// Shifts 32 0/1 `bits` by an amount given as two one-hot vectors: `low` (4 entries,
+/// amount mod 4) and `high` (8 entries, amount div 4). Two MLP layers (a barrel shifter
+/// of radix 4 then 16); each neuron ANDs one amount choice with one input bit.
+pub fn shift(c: &mut Circuit, name: &str, bits: &[Expr], low: &[Expr], high: &[Expr], kind: ShiftKind) -> Vec<Expr> {
+    assert_eq!(bits.len(), 32);
+    assert_eq!((low.len(), high.len()), (4, 8));
+    // Right shifts are left shifts of the reversed word.
+    let reversed = kind != ShiftKind::LeftLogical;
+    let input: Vec<Expr> = if reversed {
+        bits.iter().rev().cloned().collect()
+    } else {
+        bits.to_vec()
+    };
+    let fill = if kind == ShiftKind::RightArithmetic {
+        bits[31].clone()
+    } else {
+        Expr::zero()
+    };
+    let stage = |c: &mut Circuit, stage_name: &str, input: &[Expr], choice: &[Expr], unit: usize| -> Vec<Expr> {
+        let mut b = c.block(stage_name);
+        let outs: Vec<Signal> = (0..32).map(|i| b.output(format!("b{i}"), Range::BIT)).collect();
+        for (amount, sel) in choice.iter().enumerate() {
+            for (i, out) in outs.iter().enumerate() {
+                let from = i as i64 - (amount * unit) as i64;
+                let source = if from >= 0 {
+                    input[from as usize].clone()
+                } else {
+                    fill.clone()
+                };
+                if source.is_constant() && source.constant == 0.0 {
+                    continue;
+                }
+                let cond = sel.clone() + source - 1.0;
+                add_gated(&mut b, &cond, (-1.0, 1.0), &Expr::constant(1.0), &[(*out, 1.0)]);
+            }
+        }
+        c.add_block(b);
+        outs.iter().map(|s| Expr::signal(*s)).collect()
+    };
+    let first = stage(c, &format!("{name}.by1"), &input, low, 1);
+    let second = stage(c, &format!("{name}.by4"), &first, high, 4);
+    if reversed {
+        second.into_iter().rev().collect()
+    } else {
+        second
+    }
+}

@@ -1,0 +1,416 @@
+//! Emission: a scheduled circuit becomes the weights of stock Qwen3.5 linear-attention
+//! decoder layers (full residual width, base dimensions all zero), chip-token
+//! embedding rows and a final-norm slice.
+
+use inband_circuits::contract::{self, ADDRESS_ON, A_LOG_NEVER_FORGET, GATE_SCALE, NORM_WEIGHT, VALUE_ON};
+use inband_circuits::primitives::{add_gated, add_identity};
+use inband_circuits::{Address, ChipToken, Circuit, Delayed, Expr, Output, TokenSpec};
+use inband_qwen35::weights::{Array, DecoderLayer, Mixer};
+use inband_qwen35::{LayerType, TextConfig};
+use thiserror::Error;
+
+use crate::layout::Layout;
+use crate::schedule::{schedule, Schedule, ScheduleError};
+
+#[derive(Debug, Error)]
+pub enum CompileError {
+    #[error(transparent)]
+    Schedule(#[from] ScheduleError),
+    #[error("circuit {circuit} targets {target:?} but the base config offers {offered:?}")]
+    TargetMismatch {
+        circuit: String,
+        target: String,
+        offered: String,
+    },
+    #[error("address of memory {0}: a factored address needs its head and row choices at the same delay")]
+    MixedDelays(String),
+    #[error("address of memory {memory} has {found} elements, expected {expected}")]
+    AddressSize {
+        memory: String,
+        found: usize,
+        expected: usize,
+    },
+    #[error("delay {0} is beyond the 4-tap conv (at most 3)")]
+    Delay(usize),
+}
+
+/// The resources a base config gives each chip layer.
+pub fn target_of(c: &TextConfig) -> inband_circuits::Target {
+    inband_circuits::Target {
+        key_heads: c.linear_num_key_heads,
+        value_heads_per_key_head: c.value_heads_per_key_head(),
+        rows_per_head: c.linear_key_head_dim,
+        entries_per_value_head: c.linear_value_head_dim,
+        mlp_neurons: c.intermediate_size,
+    }
+}
+
+/// A compiled chip: layers, token map and the layout/schedule that explain them.
+#[derive(Debug, Clone)]
+pub struct Chip {
+    pub circuit: Circuit,
+    pub base: TextConfig,
+    pub layout: Layout,
+    pub schedule: Schedule,
+    /// Decoder layers of full width (base + chip dimensions), all linear attention.
+    pub layers: Vec<DecoderLayer>,
+}
+
+/// Score weight that makes the output kind beat every token of another kind: more
+/// than any difference the field scores can make, rounded up to a power of two.
+fn kind_weight(tokens: &TokenSpec) -> f64 {
+    let max_size = tokens.fields.iter().map(|f| f.size).max().unwrap_or(1) as f64;
+    let bound = contract::OUTPUT_UNIT * (max_size * max_size * tokens.fields.len() as f64 + 1.0);
+    2f64.powi(bound.log2().ceil() as i32 + 1)
+}
+
+/// Turns the circuit's outputs into a final-layer block of identity neurons that
+/// write quadratic scores into the token dimensions.
+fn output_block(c: &mut Circuit) {
+    if c.outputs.is_empty() {
+        return;
+    }
+    let outputs = c.outputs.clone();
+    let mut b = c.final_block("output");
+    let mut constant_terms = Vec::new();
+    for o in &outputs {
+        match o {
+            Output::Kind { kind, weight } => constant_terms.push((c.kind(*kind), *weight)),
+            Output::FieldValue { field, value, weight } => {
+                let dims = c.field(*field).to_vec();
+                let linear: Vec<_> = dims
+                    .iter()
+                    .enumerate()
+                    .map(|(v, s)| (*s, weight * 2.0 * v as f64))
+                    .collect();
+                add_identity(&mut b, value, &linear);
+                constant_terms.extend(square_terms(&dims, *weight));
+            }
+            Output::FieldChoice { field, choices, weight } => {
+                let dims = c.field(*field).to_vec();
+                let linear: Vec<_> = dims
+                    .iter()
+                    .enumerate()
+                    .map(|(v, s)| (*s, weight * 2.0 * v as f64))
+                    .collect();
+                for (cond, value) in choices {
+                    let range = c.expr_range(cond);
+                    add_gated(&mut b, cond, range, value, &linear);
+                }
+                constant_terms.extend(square_terms(&dims, *weight));
+            }
+        }
+    }
+    if !constant_terms.is_empty() {
+        add_identity(&mut b, &Expr::constant(1.0), &constant_terms);
+    }
+    c.add_block(b);
+}
+
+/// The −weight·v² part of a field's quadratic scores.
+fn square_terms(dims: &[inband_circuits::Signal], weight: f64) -> Vec<(inband_circuits::Signal, f64)> {
+    dims.iter()
+        .enumerate()
+        .filter(|(v, _)| *v > 0)
+        .map(|(v, s)| (*s, -weight * (v * v) as f64))
+        .collect()
+}
+
+/// Standard output terms: the kind wins, each field takes the nearest integer.
+pub fn standard_outputs(c: &mut Circuit, kind: usize, fields: &[(usize, Expr)]) {
+    let weight = kind_weight(&c.tokens);
+    c.output(Output::Kind { kind, weight });
+    for (field, value) in fields {
+        c.output(Output::FieldValue {
+            field: *field,
+            value: value.clone(),
+            weight: contract::OUTPUT_UNIT,
+        });
+    }
+}
+
+/// Sparse row writer for one projection row.
+struct RowWriter<'a> {
+    layout: &'a Layout,
+}
+
+impl RowWriter<'_> {
+    /// Writes `scale · expr` (nominal pre-activation) into a weight row of full width.
+    fn put(&self, row: &mut [f32], expr: &Expr, scale: f64) {
+        for (s, c) in &expr.terms {
+            row[self.layout.dim(*s)] += self.layout.signal_weight(c * scale);
+        }
+        if expr.constant != 0.0 {
+            let (anchor, _) = self.layout.constant_anchor();
+            row[anchor] += self.layout.constant_weight(expr.constant * scale);
+        }
+    }
+}
+
+/// Per-channel (projection row, conv tap) of an address slot.
+fn address_slots(address: &Address, slots: usize, heads: usize, rows_per_head: usize) -> Vec<(Expr, usize)> {
+    match address {
+        Address::Rows(elems) => elems
+            .iter()
+            .map(|d| ((d.expr.clone() * 2.0 - 1.0) * ADDRESS_ON, d.delay))
+            .collect::<Vec<_>>(),
+        Address::Factored { heads: hs, rows } => {
+            let mut out = Vec::with_capacity(slots);
+            for h in hs.iter().take(heads) {
+                for r in rows.iter().take(rows_per_head) {
+                    // 2·ADDRESS_ON·(h + r − 3/2): +128 when both are chosen, ≤ −128 otherwise.
+                    out.push(((h.expr.clone() + r.expr.clone() - 1.5) * (2.0 * ADDRESS_ON), h.delay));
+                }
+            }
+            out
+        }
+    }
+}
+
+fn check_address(c: &Circuit, memory: usize, address: &Address) -> Result<(), CompileError> {
+    let name = c.memories[memory].name.clone();
+    let heads = c.memories[memory].key_heads;
+    let rph = c.target.rows_per_head;
+    let delays: Vec<&Delayed> = match address {
+        Address::Rows(r) => {
+            if r.len() != heads * rph {
+                return Err(CompileError::AddressSize {
+                    memory: name,
+                    found: r.len(),
+                    expected: heads * rph,
+                });
+            }
+            r.iter().collect()
+        }
+        Address::Factored { heads: h, rows } => {
+            if h.len() != heads || rows.len() != rph {
+                return Err(CompileError::AddressSize {
+                    memory: name,
+                    found: h.len() * rows.len(),
+                    expected: heads * rph,
+                });
+            }
+            if h.iter().chain(rows).any(|d| d.delay != h[0].delay) {
+                return Err(CompileError::MixedDelays(name));
+            }
+            h.iter().chain(rows).collect()
+        }
+    };
+    if let Some(d) = delays.iter().find(|d| d.delay > 3) {
+        return Err(CompileError::Delay(d.delay));
+    }
+    Ok(())
+}
+
+/// Compiles `circuit` for a model with config `base`.
+pub fn compile(circuit: &Circuit, base: &TextConfig) -> Result<Chip, CompileError> {
+    let target = target_of(base);
+    if target != circuit.target {
+        return Err(CompileError::TargetMismatch {
+            circuit: circuit.name.clone(),
+            target: format!("{:?}", circuit.target),
+            offered: format!("{target:?}"),
+        });
+    }
+    let mut c = circuit.clone();
+    output_block(&mut c);
+    for w in &c.writes {
+        check_address(&c, w.memory, &w.address)?;
+        if let Some((_, d)) = w.entries.iter().find(|(_, d)| d.delay > 3) {
+            return Err(CompileError::Delay(d.delay));
+        }
+    }
+    for r in &c.reads {
+        check_address(&c, r.memory, &r.address)?;
+    }
+    let schedule = schedule(&c)?;
+    let layout = Layout::new(&c, base.hidden_size);
+    let width = layout.width();
+    let mut config = base.clone();
+    config.hidden_size = width;
+    let (dk, dv, k_taps) = (
+        base.linear_key_head_dim,
+        base.linear_value_head_dim,
+        base.linear_conv_kernel_dim,
+    );
+    let group = base.value_heads_per_key_head();
+    let key_dim = base.key_dim();
+    let writer = RowWriter { layout: &layout };
+
+    let mut layers = Vec::with_capacity(schedule.layers);
+    for l in 0..schedule.layers {
+        let mut layer = DecoderLayer::zeros(LayerType::LinearAttention, &config);
+        let Mixer::Linear(g) = &mut layer.mixer else {
+            unreachable!()
+        };
+        g.a_log.data.fill(A_LOG_NEVER_FORGET);
+        g.norm.data.fill(NORM_WEIGHT);
+        // Every value head is silent unless a write below enables it.
+        for vh in 0..base.linear_num_value_heads {
+            writer.put(g.in_proj_b.row_mut(vh), &Expr::constant(-0.5), GATE_SCALE);
+        }
+        for (m, mem) in c.memories.iter().enumerate() {
+            let (ml, first) = schedule.memory_place[m];
+            if ml != l {
+                continue;
+            }
+            let slots = mem.key_heads * dk;
+            let value_heads = (first * group)..((first + mem.key_heads) * group);
+            for w in c.writes.iter().filter(|w| w.memory == m) {
+                for (i, (pre, delay)) in address_slots(&w.address, slots, mem.key_heads, dk).iter().enumerate() {
+                    let channel = key_dim + first * dk + i;
+                    writer.put(g.in_proj_qkv.row_mut(channel), pre, 1.0);
+                    g.conv1d.row_mut(channel)[k_taps - 1 - delay] = 1.0;
+                }
+                for h in 0..mem.key_heads {
+                    for (entry, value) in &w.entries {
+                        let vh = (first + h) * group + entry / dv;
+                        let channel = 2 * key_dim + vh * dv + entry % dv;
+                        writer.put(
+                            g.in_proj_qkv.row_mut(channel),
+                            &(value.expr.clone() * 2.0 - 1.0),
+                            VALUE_ON,
+                        );
+                        g.conv1d.row_mut(channel)[k_taps - 1 - value.delay] = 1.0;
+                    }
+                }
+                for vh in value_heads.clone() {
+                    let row = g.in_proj_b.row_mut(vh);
+                    row.fill(0.0);
+                    writer.put(row, &(w.enable.clone() - 0.5), GATE_SCALE);
+                }
+            }
+            for r in c.reads.iter().filter(|r| r.memory == m) {
+                for (i, (pre, delay)) in address_slots(&r.address, slots, mem.key_heads, dk).iter().enumerate() {
+                    let channel = first * dk + i;
+                    writer.put(g.in_proj_qkv.row_mut(channel), pre, 1.0);
+                    g.conv1d.row_mut(channel)[k_taps - 1 - delay] = 1.0;
+                }
+                let gate = contract::read_gate(mem.nonzeros_per_value_head).expect("checked at declaration");
+                for vh in value_heads.clone() {
+                    for ch in 0..dv {
+                        let entry = (vh - first * group) % group * dv + ch;
+                        let z = match r.select.as_ref().and_then(|s| s.iter().find(|(e, _)| *e == entry)) {
+                            Some((_, sel)) => sel.clone() * (gate + 128.0) - 128.0,
+                            None if r.select.is_some() => Expr::constant(-128.0),
+                            None => Expr::constant(gate),
+                        };
+                        writer.put(g.in_proj_z.row_mut(vh * dv + ch), &z, 1.0);
+                    }
+                }
+                for (signal, entries) in &r.outputs {
+                    let row = g.out_proj.row_mut(layout.dim(*signal));
+                    for h in 0..mem.key_heads {
+                        for (entry, coeff) in entries {
+                            let vh = (first + h) * group + entry / dv;
+                            row[vh * dv + entry % dv] += *coeff as f32;
+                        }
+                    }
+                }
+            }
+        }
+        // MLP: the blocks of this layer, neurons in order.
+        let mut n = 0;
+        for (b, block) in c.blocks.iter().enumerate() {
+            if schedule.block_layer[b] != l {
+                continue;
+            }
+            for neuron in &block.neurons {
+                writer.put(layer.mlp.gate_proj.row_mut(n), &neuron.gate, 1.0);
+                writer.put(layer.mlp.up_proj.row_mut(n), &neuron.up, 1.0);
+                for (s, coeff) in &neuron.outputs {
+                    layer.mlp.down_proj.row_mut(layout.dim(*s))[n] += *coeff as f32;
+                }
+                n += 1;
+            }
+        }
+        layers.push(layer);
+    }
+    Ok(Chip {
+        circuit: c,
+        base: base.clone(),
+        layout,
+        schedule,
+        layers,
+    })
+}
+
+impl Chip {
+    /// The model config of the chip layers alone (base width plus chip dimensions).
+    pub fn layer_config(&self) -> TextConfig {
+        let mut c = self.base.clone();
+        c.hidden_size = self.layout.width();
+        c.num_hidden_layers = self.layers.len();
+        c.layer_types = vec![LayerType::LinearAttention; self.layers.len()];
+        c
+    }
+
+    /// The chip-dimension part of a chip token's embedding row.
+    pub fn embedding(&self, token: &ChipToken) -> Vec<f32> {
+        let mut row = vec![0.0f32; self.layout.chip_dims];
+        for (dim, value) in &self.layout.anchors {
+            row[*dim] = *value;
+        }
+        let kind = self.circuit.kind(token.kind);
+        row[self.layout.signal_dim[kind.0 as usize]] = 1.0;
+        for (f, v) in self.circuit.tokens.kinds[token.kind].fields.iter().zip(&token.values) {
+            let s = self.circuit.field(*f)[*v];
+            row[self.layout.signal_dim[s.0 as usize]] = 1.0;
+        }
+        row
+    }
+
+    /// A full-width residual for a chip token (base dimensions zero).
+    pub fn residual(&self, token: &ChipToken) -> Vec<f32> {
+        let mut r = vec![0.0f32; self.layout.hidden];
+        r.extend(self.embedding(token));
+        r
+    }
+
+    /// The chip token the final residual chooses: the kind and field values with the
+    /// highest scores (the argmax of the tied lm_head over chip tokens, computed per
+    /// field because each token's logit is a sum of its kind and field entries).
+    pub fn choose(&self, hidden: &[f32]) -> ChipToken {
+        let h = self.layout.hidden;
+        let value = |s: inband_circuits::Signal| hidden[h + self.layout.signal_dim[s.0 as usize]];
+        let tokens = &self.circuit.tokens;
+        let mut best: Option<(f32, ChipToken)> = None;
+        for (k, kind) in tokens.kinds.iter().enumerate() {
+            let mut score = value(self.circuit.kind(k));
+            let mut values = Vec::new();
+            for f in &kind.fields {
+                let (v, s) = self
+                    .circuit
+                    .field(*f)
+                    .iter()
+                    .enumerate()
+                    .map(|(v, s)| (v, value(*s)))
+                    .fold((0, f32::NEG_INFINITY), |a, b| if b.1 > a.1 { b } else { a });
+                score += s;
+                values.push(v);
+            }
+            if best.as_ref().is_none_or(|(b, _)| score > *b) {
+                best = Some((score, ChipToken { kind: k, values }));
+            }
+        }
+        best.expect("at least one kind").1
+    }
+
+    /// Nonzero weights of every chip layer.
+    pub fn nonzero_weights(&self) -> usize {
+        self.layers
+            .iter()
+            .map(|l| l.named_tensors().iter().map(|(_, a)| a.nonzeros()).sum::<usize>())
+            .sum()
+    }
+
+    /// Weights that bf16 cannot hold exactly (the chip is meant to have none).
+    pub fn non_bf16_weights(&self) -> usize {
+        let exact = |v: f32| half::bf16::from_f32(v).to_f32() == v;
+        self.layers
+            .iter()
+            .flat_map(|l| l.named_tensors())
+            .map(|(_, a): (String, Array)| a.data.iter().filter(|v| !exact(**v)).count())
+            .sum()
+    }
+}
