@@ -160,11 +160,7 @@ pub fn circuit(target: Target) -> Circuit {
         2,
         "one instruction: op one-hot (entries 0-15), arg one-hot (16-31)",
     );
-    let mut rom_entries = Vec::new();
-    for v in 0..16 {
-        rom_entries.push((v, Delayed::now(f[1][v].clone())));
-        rom_entries.push((16 + v, Delayed::now(f[2][v].clone())));
-    }
+    let rom_entries = two_nibble_entries(&f[1], &f[2]);
     c.write(Write {
         memory: rom,
         address: rows_from_onehot(&f[0], rows),
@@ -196,11 +192,7 @@ pub fn circuit(target: Target) -> Circuit {
         2,
         "one byte: high nibble one-hot (0-15), low nibble one-hot (16-31)",
     );
-    let mut ram_entries = Vec::new();
-    for v in 0..16 {
-        ram_entries.push((v, Delayed::now(f[1][v].clone())));
-        ram_entries.push((16 + v, Delayed::now(f[2][v].clone())));
-    }
+    let ram_entries = two_nibble_entries(&f[1], &f[2]);
     c.write(Write {
         memory: ram,
         address: rows_from_onehot(&arg, rows),
