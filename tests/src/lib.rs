@@ -2,7 +2,10 @@
 //!
 //! The exactness suites of the verification ladder live in `tests/tests/`. This library
 //! holds what they share: the program corpus (examples and ISA tests), building it in
-//! both flavours, and the golden-versus-qemu lockstep comparison.
+//! both flavours, the golden-versus-qemu lockstep comparison, and compiled function
+//! chips for testing circuit primitives through the layer math.
+
+pub mod function_chip;
 
 use std::path::{Path, PathBuf};
 
