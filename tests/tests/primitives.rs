@@ -292,7 +292,7 @@ fn memory_ports_write_and_read_whole_rows_exactly() {
             .collect();
         let rows: Vec<Delayed> = primitives::decode(c, "row", &addr_bits[..7])
             .into_iter()
-            .map(|s| Delayed::now(s))
+            .map(Delayed::now)
             .collect();
         let heads = vec![
             Delayed::now(Expr::constant(1.0) - addr_bits[7].clone()),
