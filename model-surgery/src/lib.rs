@@ -1,6 +1,92 @@
 //! # inband-model-surgery
 //!
-//! Owns checkpoint surgery: synthetic Qwen3.5 checkpoints with the published layout,
-//! splicing a chip pack in front of a checkpoint's layers (widened residual, padded
-//! tensors, compensated norms, extended vocabulary), inspecting, verifying and
-//! stripping it back out bit for bit.
+//! Owns checkpoint surgery, behind the `weight-surgery` CLI:
+//! - [`synth`]: synthetic Qwen3.5 checkpoints with the exact published layout;
+//! - [`splice`]: a chip pack spliced in front of a checkpoint's layers (widened residual,
+//!   zero-padded tensors, norms compensated for the wider mean, extended vocabulary and
+//!   tokenizer, config.json updated with an `inband` section);
+//! - [`strip`]: the base recovered bit for bit;
+//! - [`inspect`] and [`verify`]: what a checkpoint is, and whether it is intact;
+//! - [`st`] / [`st_read`]: streaming safetensors I/O (memory stays far below checkpoint size).
+//!
+//! Every command writes into a sibling staging folder and renames it into place, so an
+//! interrupted run never leaves something that looks complete, and never modifies its inputs.
+
+pub mod geometry;
+pub mod inspect;
+pub mod splice;
+pub mod st;
+pub mod st_read;
+pub mod strip;
+pub mod synth;
+pub mod tokenizer;
+pub mod verify;
+
+use std::path::{Path, PathBuf};
+
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum SurgeryError {
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("{0}")]
+    Invalid(String),
+    #[error(transparent)]
+    Config(#[from] inband_qwen35::config::ConfigError),
+    #[error(transparent)]
+    Pack(#[from] inband_weightgen::pack::PackError),
+    #[error(transparent)]
+    Write(#[from] st::WriteError),
+    #[error("{0} already exists; choose a new output folder (weight-surgery never overwrites)")]
+    OutputExists(PathBuf),
+    #[error("verification failed: {0}")]
+    Mismatch(String),
+}
+
+/// Runs `fill` on a fresh staging folder beside `out`, then renames it to `out`.
+/// `out` must not exist; on any error the staging folder is removed.
+pub fn atomic_dir(out: &Path, fill: impl FnOnce(&Path) -> Result<(), SurgeryError>) -> Result<(), SurgeryError> {
+    if out.exists() {
+        return Err(SurgeryError::OutputExists(out.to_path_buf()));
+    }
+    let parent = out
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    std::fs::create_dir_all(parent).map_err(|source| SurgeryError::Io {
+        path: parent.to_path_buf(),
+        source,
+    })?;
+    let name = out.file_name().and_then(|n| n.to_str()).unwrap_or("checkpoint");
+    let staging = parent.join(format!(".{name}.partial-{}", std::process::id()));
+    if staging.exists() {
+        std::fs::remove_dir_all(&staging).map_err(|source| SurgeryError::Io {
+            path: staging.clone(),
+            source,
+        })?;
+    }
+    std::fs::create_dir_all(&staging).map_err(|source| SurgeryError::Io {
+        path: staging.clone(),
+        source,
+    })?;
+    match fill(&staging) {
+        Ok(()) => std::fs::rename(&staging, out).map_err(|source| SurgeryError::Io {
+            path: out.to_path_buf(),
+            source,
+        }),
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&staging);
+            Err(e)
+        }
+    }
+}
+
+/// Reads a JSON file.
+pub(crate) fn read_json(path: &Path) -> Result<serde_json::Value, SurgeryError> {
+    let text = std::fs::read_to_string(path).map_err(|source| SurgeryError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    serde_json::from_str(&text).map_err(|e| SurgeryError::Invalid(format!("{}: not JSON ({e})", path.display())))
+}

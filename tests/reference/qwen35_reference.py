@@ -3,6 +3,7 @@
 
     qwen35_reference.py random-model DIR      write a small random Qwen3_5ForCausalLM to DIR
     qwen35_reference.py logits DIR IDS...     print JSON {prefill, decode} logits for the token ids
+    qwen35_reference.py compare-text BASE SPLICED   text-mode logits of a spliced checkpoint vs its base
 
 Used by the exactness suites where torch and transformers are installed (a development
 venv, or the GPU machine); nothing here runs in CI.
@@ -53,10 +54,38 @@ def logits(model_dir, ids):
     json.dump({"prefill": prefill, "decode": decode}, sys.stdout)
 
 
+def compare_text_logits(base_dir, spliced_dir, prompts=8, length=12, seed=0):
+    """Loads base and spliced checkpoints with stock transformers (fp32, eager) and compares
+    their logits over the base vocabulary on random prompts. Prints JSON."""
+    from transformers import AutoModelForImageTextToText
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    results = {}
+    models = {}
+    for name, d in (("base", base_dir), ("spliced", spliced_dir)):
+        models[name] = AutoModelForImageTextToText.from_pretrained(d, dtype=torch.float32, attn_implementation="eager").to(device).eval()
+    vocab = models["base"].config.text_config.vocab_size
+    g = torch.Generator().manual_seed(seed)
+    max_diff, same_greedy = 0.0, True
+    for _ in range(prompts):
+        ids = torch.randint(0, min(vocab, 1000), (1, length), generator=g).to(device)
+        with torch.no_grad():
+            a = models["base"](input_ids=ids).logits[0].float()
+            b = models["spliced"](input_ids=ids).logits[0, :, :vocab].float()
+        max_diff = max(max_diff, (a - b).abs().max().item())
+        same_greedy &= bool((a.argmax(-1) == b.argmax(-1)).all())
+    results = {"max_abs_diff": max_diff, "same_greedy": same_greedy, "prompts": prompts, "length": length, "device": device}
+    json.dump(results, sys.stdout)
+    print()
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "random-model":
         random_model(sys.argv[2])
+    elif sys.argv[1] == "compare-text":
+        compare_text_logits(sys.argv[2], sys.argv[3])
     elif sys.argv[1] == "logits":
         logits(sys.argv[2], [int(i) for i in sys.argv[3:]])
     else:
         sys.exit(__doc__)
+

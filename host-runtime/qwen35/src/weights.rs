@@ -212,6 +212,51 @@ impl DecoderLayer {
         })
     }
 
+    /// Names (relative to the layer prefix) and shapes of a layer's tensors, as stored
+    /// in a checkpoint, without allocating them.
+    pub fn expected_shapes(kind: LayerType, c: &TextConfig) -> Vec<(String, Vec<usize>)> {
+        let (h, i) = (c.hidden_size, c.intermediate_size);
+        let mut out = vec![
+            ("input_layernorm.weight".to_string(), vec![h]),
+            ("post_attention_layernorm.weight".to_string(), vec![h]),
+            ("mlp.gate_proj.weight".to_string(), vec![i, h]),
+            ("mlp.up_proj.weight".to_string(), vec![i, h]),
+            ("mlp.down_proj.weight".to_string(), vec![h, i]),
+        ];
+        let layer = |n: &str, s: Vec<usize>| (n.to_string(), s);
+        match kind {
+            LayerType::LinearAttention => {
+                let hv = c.linear_num_value_heads;
+                out.extend([
+                    layer("linear_attn.in_proj_qkv.weight", vec![c.conv_dim(), h]),
+                    layer("linear_attn.in_proj_z.weight", vec![c.value_dim(), h]),
+                    layer("linear_attn.in_proj_b.weight", vec![hv, h]),
+                    layer("linear_attn.in_proj_a.weight", vec![hv, h]),
+                    layer(
+                        "linear_attn.conv1d.weight",
+                        vec![c.conv_dim(), 1, c.linear_conv_kernel_dim],
+                    ),
+                    layer("linear_attn.A_log", vec![hv]),
+                    layer("linear_attn.dt_bias", vec![hv]),
+                    layer("linear_attn.norm.weight", vec![c.linear_value_head_dim]),
+                    layer("linear_attn.out_proj.weight", vec![h, c.value_dim()]),
+                ]);
+            }
+            LayerType::FullAttention => {
+                let (nh, kvh, hd) = (c.num_attention_heads, c.num_key_value_heads, c.head_dim);
+                out.extend([
+                    layer("self_attn.q_proj.weight", vec![nh * hd * 2, h]),
+                    layer("self_attn.k_proj.weight", vec![kvh * hd, h]),
+                    layer("self_attn.v_proj.weight", vec![kvh * hd, h]),
+                    layer("self_attn.o_proj.weight", vec![h, nh * hd]),
+                    layer("self_attn.q_norm.weight", vec![hd]),
+                    layer("self_attn.k_norm.weight", vec![hd]),
+                ]);
+            }
+        }
+        out
+    }
+
     /// An all-zero layer of the given type (every weight zero, norms at gain 1).
     pub fn zeros(kind: LayerType, c: &TextConfig) -> Self {
         let h = c.hidden_size;

@@ -1,0 +1,250 @@
+//! Reading a checkpoint's safetensors without mapping it: headers are parsed and
+//! checked up front (a truncated or malformed shard is refused before anything is
+//! written), tensor bytes are read with positioned reads in bounded chunks, so resident
+//! memory stays small however large the checkpoint.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use inband_qwen35::checkpoint::{INDEX_FILE, SINGLE_FILE};
+use safetensors::Dtype;
+
+use crate::SurgeryError;
+
+/// Where one tensor's bytes are.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TensorEntry {
+    pub dtype: Dtype,
+    pub shape: Vec<usize>,
+    /// Index into [`TensorFiles::files`].
+    pub file: usize,
+    /// Absolute byte range in that file.
+    pub start: u64,
+    pub end: u64,
+}
+
+/// All tensors of a checkpoint folder.
+pub struct TensorFiles {
+    pub files: Vec<(PathBuf, File)>,
+    pub tensors: BTreeMap<String, TensorEntry>,
+    /// The shard file each tensor came from (its name in the folder).
+    pub shard_of: BTreeMap<String, String>,
+    /// Whether the folder had an index (sharded) or a single model.safetensors.
+    pub indexed: bool,
+}
+
+fn parse_dtype(s: &str) -> Option<Dtype> {
+    Some(match s {
+        "F32" => Dtype::F32,
+        "BF16" => Dtype::BF16,
+        "F16" => Dtype::F16,
+        "F64" => Dtype::F64,
+        "I64" => Dtype::I64,
+        "I32" => Dtype::I32,
+        "U8" => Dtype::U8,
+        "BOOL" => Dtype::BOOL,
+        _ => return None,
+    })
+}
+
+/// Bytes per element of any dtype a checkpoint may hold.
+pub fn element_size(dtype: Dtype) -> usize {
+    match dtype {
+        Dtype::F64 | Dtype::I64 => 8,
+        Dtype::F32 | Dtype::I32 => 4,
+        Dtype::BF16 | Dtype::F16 => 2,
+        _ => 1,
+    }
+}
+
+fn invalid(path: &Path, message: impl Into<String>) -> SurgeryError {
+    SurgeryError::Invalid(format!("{}: {}", path.display(), message.into()))
+}
+
+/// Parses one shard's header, checking that the file holds every byte it promises.
+fn read_header(path: &Path, file_index: usize) -> Result<(File, Vec<(String, TensorEntry)>), SurgeryError> {
+    let file = File::open(path).map_err(|source| SurgeryError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let size = file
+        .metadata()
+        .map_err(|source| SurgeryError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?
+        .len();
+    let mut len_bytes = [0u8; 8];
+    file.read_exact_at(&mut len_bytes, 0)
+        .map_err(|_| invalid(path, "truncated: no safetensors header"))?;
+    let header_len = u64::from_le_bytes(len_bytes);
+    if header_len > 100 << 20 || 8 + header_len > size {
+        return Err(invalid(
+            path,
+            "truncated or not a safetensors file (header length out of range)",
+        ));
+    }
+    let mut header = vec![0u8; header_len as usize];
+    file.read_exact_at(&mut header, 8).map_err(|source| SurgeryError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let json: serde_json::Value =
+        serde_json::from_slice(&header).map_err(|e| invalid(path, format!("header is not JSON ({e})")))?;
+    let map = json
+        .as_object()
+        .ok_or_else(|| invalid(path, "header is not a JSON object"))?;
+    let data_start = 8 + header_len;
+    let mut out = Vec::new();
+    for (name, v) in map {
+        if name == "__metadata__" {
+            continue;
+        }
+        let bad = || invalid(path, format!("tensor {name}: malformed header entry"));
+        let dtype = v
+            .get("dtype")
+            .and_then(|d| d.as_str())
+            .and_then(parse_dtype)
+            .ok_or_else(bad)?;
+        let shape: Vec<usize> = v
+            .get("shape")
+            .and_then(|s| s.as_array())
+            .ok_or_else(bad)?
+            .iter()
+            .map(|d| d.as_u64().map(|x| x as usize))
+            .collect::<Option<_>>()
+            .ok_or_else(bad)?;
+        let offsets = v.get("data_offsets").and_then(|o| o.as_array()).ok_or_else(bad)?;
+        let (a, b) = match (
+            offsets.first().and_then(|x| x.as_u64()),
+            offsets.get(1).and_then(|x| x.as_u64()),
+        ) {
+            (Some(a), Some(b)) if a <= b => (a, b),
+            _ => return Err(bad()),
+        };
+        let expected = shape.iter().product::<usize>() as u64 * element_size(dtype) as u64;
+        if b - a != expected {
+            return Err(invalid(
+                path,
+                format!("tensor {name}: {} bytes for shape {shape:?}", b - a),
+            ));
+        }
+        if data_start + b > size {
+            return Err(invalid(
+                path,
+                format!(
+                    "truncated: tensor {name} ends at byte {} but the file has {size}",
+                    data_start + b
+                ),
+            ));
+        }
+        out.push((
+            name.clone(),
+            TensorEntry {
+                dtype,
+                shape,
+                file: file_index,
+                start: data_start + a,
+                end: data_start + b,
+            },
+        ));
+    }
+    Ok((file, out))
+}
+
+impl TensorFiles {
+    /// Opens every shard of the checkpoint in `dir`.
+    pub fn open(dir: &Path) -> Result<Self, SurgeryError> {
+        let index_path = dir.join(INDEX_FILE);
+        let (names, indexed): (Vec<String>, bool) = if index_path.is_file() {
+            let text = std::fs::read_to_string(&index_path).map_err(|source| SurgeryError::Io {
+                path: index_path.clone(),
+                source,
+            })?;
+            let index: serde_json::Value =
+                serde_json::from_str(&text).map_err(|e| invalid(&index_path, format!("not JSON ({e})")))?;
+            let map = index
+                .get("weight_map")
+                .and_then(|m| m.as_object())
+                .ok_or_else(|| invalid(&index_path, "no weight_map"))?;
+            let mut names: Vec<String> = map.values().filter_map(|v| v.as_str().map(str::to_string)).collect();
+            names.sort();
+            names.dedup();
+            (names, true)
+        } else if dir.join(SINGLE_FILE).is_file() {
+            (vec![SINGLE_FILE.to_string()], false)
+        } else {
+            return Err(invalid(dir, "no model.safetensors or model.safetensors.index.json"));
+        };
+        let mut files = Vec::new();
+        let mut tensors = BTreeMap::new();
+        let mut shard_of = BTreeMap::new();
+        for (i, name) in names.iter().enumerate() {
+            let path = dir.join(name);
+            let (file, entries) = read_header(&path, i)?;
+            for (n, e) in entries {
+                shard_of.insert(n.clone(), name.clone());
+                if tensors.insert(n.clone(), e).is_some() {
+                    return Err(invalid(&path, format!("tensor {n} appears in two shards")));
+                }
+            }
+            files.push((path, file));
+        }
+        Ok(Self {
+            files,
+            tensors,
+            shard_of,
+            indexed,
+        })
+    }
+
+    /// Opens one safetensors file (a chip pack's chip.safetensors, the saved base norms).
+    pub fn open_single(path: &Path) -> Result<Self, SurgeryError> {
+        let (file, entries) = read_header(path, 0)?;
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let shard_of = entries.iter().map(|(n, _)| (n.clone(), name.clone())).collect();
+        Ok(Self {
+            files: vec![(path.to_path_buf(), file)],
+            tensors: entries.into_iter().collect(),
+            shard_of,
+            indexed: false,
+        })
+    }
+
+    pub fn get(&self, name: &str) -> Result<&TensorEntry, SurgeryError> {
+        self.tensors
+            .get(name)
+            .ok_or_else(|| SurgeryError::Invalid(format!("checkpoint has no tensor {name}")))
+    }
+
+    /// Reads bytes [from, to) of a tensor's data.
+    pub fn read(&self, entry: &TensorEntry, from: u64, to: u64, buf: &mut Vec<u8>) -> Result<(), SurgeryError> {
+        let (path, file) = &self.files[entry.file];
+        buf.resize((to - from) as usize, 0);
+        file.read_exact_at(buf, entry.start + from)
+            .map_err(|source| SurgeryError::Io {
+                path: path.clone(),
+                source,
+            })
+    }
+
+    /// A whole tensor's bytes (for small tensors only).
+    pub fn bytes(&self, name: &str) -> Result<Vec<u8>, SurgeryError> {
+        let e = self.get(name)?;
+        let mut buf = Vec::new();
+        self.read(e, 0, e.end - e.start, &mut buf)?;
+        Ok(buf)
+    }
+
+    /// A whole tensor as f32 values (for small tensors only).
+    pub fn f32s(&self, name: &str) -> Result<Vec<f32>, SurgeryError> {
+        let e = self.get(name)?;
+        inband_qwen35::checkpoint::to_f32(e.dtype, &self.bytes(name)?)
+            .map_err(|m| SurgeryError::Invalid(format!("tensor {name}: {m}")))
+    }
+}
