@@ -70,34 +70,52 @@ pub struct Block {
     pub final_layer: bool,
 }
 
+/// How a memory's rows encode their contents. Reads pass through a per-head RMSNorm
+/// that discards magnitude, so every code fixes the row's norm.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum RowCode {
+    /// Entries are on (stored `VALUE_ON`) or off (0), with exactly `nonzeros` on per value
+    /// head in every written row (2, 8, 32 or 128: the read scale is then a power of two).
+    OneHot { nonzeros: usize },
+    /// Entries hold small integer levels (stored `LEVEL_UNIT`·level); the last two entries
+    /// of every value head hold the anchor level, which dominates the norm, so a level
+    /// reads back as itself (to within level²/anchor²). A read may sum up to
+    /// `rows_per_read` rows with disjoint entries (their anchors add up).
+    Anchored { anchor: f64, rows_per_read: usize },
+}
+
 /// A GDN memory: rows of `row_width` entries spread over `key_heads` key heads of one
-/// layer. Rows are written whole with entries on (stored `VALUE_ON`) or off (0).
+/// layer, written whole.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Memory {
     pub name: String,
     pub key_heads: usize,
-    /// Entries that are on in every written row, per value head. Reads normalise each
-    /// value head's row, so this fixes the read scale; it must be 2, 8, 32 or 128.
-    pub nonzeros_per_value_head: usize,
+    pub code: RowCode,
     /// What a row holds (for the allocation report).
     pub description: String,
 }
 
 /// Which row an access touches. Every element is a 0/1 quantity; exactly one row (or
-/// none, which makes a read return 0 and a write do nothing) is selected.
+/// none, which makes a read return 0 and a write do nothing) is selected (a read of an
+/// anchored memory may select several rows, which it sums).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Address {
     /// One element per row of the memory (`key_heads × rows_per_head`).
     Rows(Vec<Delayed>),
-    /// A head choice and a row choice, combined inside the key/query projection.
-    Factored { heads: Vec<Delayed>, rows: Vec<Delayed> },
+    /// A head choice and row-digit choices (most significant first; their sizes
+    /// multiply to `rows_per_head`), ANDed inside the key/query projection.
+    Factored {
+        heads: Vec<Delayed>,
+        rows: Vec<Vec<Delayed>>,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Write {
     pub memory: usize,
     pub address: Address,
-    /// (entry index in the row, 0/1 value). Entries not listed are written 0.
+    /// (entry index in the row, value): a 0/1 bit for one-hot rows, an integer level for
+    /// anchored rows (whose anchors the compiler adds). Entries not listed are written 0.
     pub entries: Vec<(usize, Delayed)>,
     /// 0/1: whether this token writes at all.
     pub enable: Expr,
@@ -131,6 +149,8 @@ pub enum Output {
         choices: Vec<(Expr, Expr)>,
         weight: f64,
     },
+    /// The kind whose condition holds wins (at most one holds).
+    KindChoice { choices: Vec<(Expr, usize)>, weight: f64 },
 }
 
 /// A complete circuit.
@@ -284,22 +304,40 @@ impl Circuit {
         index
     }
 
-    /// Declares a memory spanning `key_heads` key heads.
+    /// Declares a memory of one-hot rows (`nonzeros` entries on per value head) spanning
+    /// `key_heads` key heads.
     pub fn memory(
         &mut self,
         name: impl Into<String>,
         key_heads: usize,
-        nonzeros_per_value_head: usize,
+        nonzeros: usize,
         description: impl Into<String>,
     ) -> usize {
         assert!(
-            contract::read_gate(nonzeros_per_value_head).is_some(),
+            contract::read_gate(nonzeros).is_some(),
             "rows must have 2, 8, 32 or 128 entries on per value head"
         );
+        self.add_memory(name, key_heads, RowCode::OneHot { nonzeros }, description)
+    }
+
+    /// Declares a memory with any row code.
+    pub fn add_memory(
+        &mut self,
+        name: impl Into<String>,
+        key_heads: usize,
+        code: RowCode,
+        description: impl Into<String>,
+    ) -> usize {
+        if let RowCode::Anchored { anchor, rows_per_read } = code {
+            assert!(
+                anchor.log2().fract() == 0.0 && rows_per_read.is_power_of_two(),
+                "anchor and rows must be powers of two"
+            );
+        }
         self.memories.push(Memory {
             name: name.into(),
             key_heads,
-            nonzeros_per_value_head,
+            code,
             description: description.into(),
         });
         self.memories.len() - 1

@@ -15,6 +15,20 @@ pub const GATE_SCALE: f64 = 256.0;
 /// gets silu(-128) = -0.
 pub const VALUE_ON: f64 = 128.0;
 
+/// Pre-activation per level of an anchored memory entry: levels 1 and up are stored at
+/// 32 per level (in silu's identity region), level 0 as 0.
+pub const LEVEL_UNIT: f64 = 32.0;
+
+/// Anchored rows keep their anchor in the last this-many entries of each value head:
+/// two equal anchors make the normalised anchor sqrt(128/2) = 8, a power of two.
+pub const ANCHOR_ENTRIES: usize = 2;
+
+/// The z (gate) an anchored read needs so that a level-ℓ entry comes out as ℓ: the
+/// gated norm maps it to 8·ℓ/(rows·anchor), times NORM_WEIGHT, times z.
+pub fn anchored_read_gate(anchor: f64, rows_per_read: usize) -> f64 {
+    rows_per_read as f64 * anchor / (8.0 * NORM_WEIGHT as f64)
+}
+
 /// A_log of every chip head: exp(A_log) underflows to 0, so g = 0 and decay = 1.
 pub const A_LOG_NEVER_FORGET: f32 = -128.0;
 

@@ -352,3 +352,65 @@ pub fn shift(c: &mut Circuit, name: &str, bits: &[Expr], low: &[Expr], high: &[E
         second
     }
 }
+
+/// The result of [`add_bits`].
+#[derive(Debug, Clone)]
+pub struct BitSum {
+    /// Sum bits, least significant first.
+    pub bits: Vec<Expr>,
+    /// carries[i] is the carry into bit i (carries[0] the carry in, carries[n] the carry out).
+    pub carries: Vec<Expr>,
+}
+
+/// a + b + carry_in on n-bit words given as 0/1 bit expressions (least significant first,
+/// n a multiple of 4), with every sum bit available: two MLP layers.
+///
+/// Layer 1: per nibble, generate G = [s ≥ 16] and Q = [s ≥ 15] of s = a + b (as in
+/// [`add`]). Layer 2: the carry into bit i is the sign of a sum in which each position
+/// below i weighs more than all positions below it together: the carry in (±1), each
+/// whole nibble m below i (2^{m+1}·(G + Q − 1)), then each bit j of i's own nibble below i
+/// (a_j + b_j − 1, at the next powers of two). The first position from the top that does
+/// not merely propagate decides; the sum is odd, so never 0. Sum bits
+/// a_i + b_i + c_i − 2·c_{i+1} are linear in the carries.
+pub fn add_bits(c: &mut Circuit, name: &str, a: &[Expr], b: &[Expr], carry_in: &Expr) -> BitSum {
+    assert_eq!(a.len(), b.len());
+    assert!(a.len().is_multiple_of(4));
+    let n = a.len();
+    let nibble_sum = |m: usize| {
+        (0..4).fold(Expr::zero(), |e, k| {
+            e + (a[4 * m + k].clone() + b[4 * m + k].clone()) * (1u32 << k) as f64
+        })
+    };
+    let mut conds = Vec::new();
+    for m in 0..n / 4 {
+        conds.push((format!("g{m}"), nibble_sum(m) - 15.0));
+        conds.push((format!("q{m}"), nibble_sum(m) - 14.0));
+    }
+    let gq = steps(c, &format!("{name}.gp"), &conds);
+    let t_nibble: Vec<Expr> = gq
+        .chunks(2)
+        .map(|p| Expr::signal(p[0]) + Expr::signal(p[1]) - 1.0)
+        .collect();
+    let cin_term = carry_in.clone() * 2.0 - 1.0;
+    let carry_conds: Vec<(String, Expr)> = (1..=n)
+        .map(|i| {
+            let whole = i / 4;
+            let mut e = cin_term.clone();
+            for (m, t) in t_nibble.iter().enumerate().take(whole) {
+                e = e + t.clone() * (1u64 << (m + 1)) as f64;
+            }
+            for j in 4 * whole..i {
+                let weight = (1u64 << (whole + 1 + j - 4 * whole)) as f64;
+                e = e + (a[j].clone() + b[j].clone() - 1.0) * weight;
+            }
+            (format!("c{i}"), e)
+        })
+        .collect();
+    let carry_signals = steps(c, &format!("{name}.carry"), &carry_conds);
+    let mut carries = vec![carry_in.clone()];
+    carries.extend(carry_signals.iter().map(|s| Expr::signal(*s)));
+    let bits = (0..n)
+        .map(|i| a[i].clone() + b[i].clone() + carries[i].clone() - carries[i + 1].clone() * 2.0)
+        .collect();
+    BitSum { bits, carries }
+}

@@ -298,7 +298,10 @@ fn memory_ports_write_and_read_whole_rows_exactly() {
             Delayed::now(Expr::constant(1.0) - addr_bits[7].clone()),
             Delayed::now(addr_bits[7].clone()),
         ];
-        let address = Address::Factored { heads, rows };
+        let address = Address::Factored {
+            heads,
+            rows: vec![rows],
+        };
         let ram = c.memory("ram", 2, 8, "a word: eight one-hot nibbles");
         let entries = (0..8).flat_map(|n| (0..16).map(move |v| (16 * n + v, n, v)));
         let entries: Vec<(usize, Delayed)> = entries
@@ -343,5 +346,45 @@ fn memory_ports_write_and_read_whole_rows_exactly() {
             expected,
             "op {i}: write={write} addr={addr}"
         );
+    }
+}
+
+#[test]
+fn bit_adder_is_exact() {
+    let mut inputs = word_fields("x", 2);
+    inputs.push(("carry".into(), 2));
+    let mut outputs = word_fields("sum", 1);
+    outputs.push(("carry_out".into(), 2));
+    outputs.push(("carry_into_bit_13".into(), 2));
+    let chip = FunctionChip::new(
+        "add_bits32",
+        &as_refs(&inputs),
+        &as_refs(&outputs),
+        |c: &mut Circuit, oh| {
+            let s = primitives::add_bits(c, "add", &bits_in(oh, 0), &bits_in(oh, 8), &oh[16][1]);
+            let mut out = word_out(&Word::from_bits(&s.bits));
+            out.push(s.carries[32].clone());
+            out.push(s.carries[13].clone());
+            out
+        },
+    );
+    let mut runner = chip.runner(SumOrder::Reverse);
+    let mut check = |a: u32, b: u32, cin: u32| {
+        let mut input = two_word_inputs(a, b);
+        input.push(cin as usize);
+        let out = chip.eval(&mut runner, &input);
+        let wide = a as u64 + b as u64 + cin as u64;
+        let low13 = (a & 0x1fff) as u64 + (b & 0x1fff) as u64 + cin as u64;
+        let expected = (wide as u32, (wide >> 32) as usize, (low13 >> 13) as usize);
+        assert_eq!((join(&out[..8]), out[8], out[9]), expected, "{a:#x} + {b:#x} + {cin}");
+    };
+    for a in 0..256u32 {
+        for b in 0..256u32 {
+            check(a | 0xffff_ff00 * (a & 1), b, (a + b) & 1);
+        }
+    }
+    let mut rng = StdRng::seed_from_u64(15);
+    for _ in 0..RANDOM_CASES {
+        check(random_u32(&mut rng), random_u32(&mut rng), rng.random_range(0..2));
     }
 }

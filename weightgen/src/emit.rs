@@ -2,7 +2,10 @@
 //! decoder layers (full residual width, base dimensions all zero), chip-token
 //! embedding rows and a final-norm slice.
 
-use inband_circuits::contract::{self, ADDRESS_ON, A_LOG_NEVER_FORGET, GATE_SCALE, NORM_WEIGHT, VALUE_ON};
+use inband_circuits::circuit::RowCode;
+use inband_circuits::contract::{
+    self, ADDRESS_ON, ANCHOR_ENTRIES, A_LOG_NEVER_FORGET, GATE_SCALE, LEVEL_UNIT, NORM_WEIGHT, VALUE_ON,
+};
 use inband_circuits::primitives::{add_gated, add_identity};
 use inband_circuits::{Address, ChipToken, Circuit, Delayed, Expr, Output, TokenSpec};
 use inband_qwen35::weights::{Array, DecoderLayer, Mixer};
@@ -86,6 +89,12 @@ fn output_block(c: &mut Circuit) {
                 add_identity(&mut b, value, &linear);
                 constant_terms.extend(square_terms(&dims, *weight));
             }
+            Output::KindChoice { choices, weight } => {
+                for (cond, kind) in choices {
+                    let range = c.expr_range(cond);
+                    add_gated(&mut b, cond, range, &Expr::constant(*weight), &[(c.kind(*kind), 1.0)]);
+                }
+            }
             Output::FieldChoice { field, choices, weight } => {
                 let dims = c.field(*field).to_vec();
                 let linear: Vec<_> = dims
@@ -114,6 +123,11 @@ fn square_terms(dims: &[inband_circuits::Signal], weight: f64) -> Vec<(inband_ci
         .filter(|(v, _)| *v > 0)
         .map(|(v, s)| (*s, -weight * (v * v) as f64))
         .collect()
+}
+
+/// The weight that lets a chosen kind win over every token of another kind.
+pub fn output_kind_weight(tokens: &TokenSpec) -> f64 {
+    kind_weight(tokens)
 }
 
 /// Standard output terms: the kind wins, each field takes the nearest integer.
@@ -147,19 +161,28 @@ impl RowWriter<'_> {
     }
 }
 
-/// Per-channel (projection row, conv tap) of an address slot.
-fn address_slots(address: &Address, slots: usize, heads: usize, rows_per_head: usize) -> Vec<(Expr, usize)> {
+/// Per-slot (nominal pre-activation, conv delay) of an address: +128 for the selected
+/// slot(s), at most −128 elsewhere.
+fn address_slots(address: &Address, heads: usize, rows_per_head: usize) -> Vec<(Expr, usize)> {
     match address {
         Address::Rows(elems) => elems
             .iter()
             .map(|d| ((d.expr.clone() * 2.0 - 1.0) * ADDRESS_ON, d.delay))
             .collect::<Vec<_>>(),
         Address::Factored { heads: hs, rows } => {
-            let mut out = Vec::with_capacity(slots);
+            let factors = rows.len() as f64;
+            let mut out = Vec::with_capacity(heads * rows_per_head);
             for h in hs.iter().take(heads) {
-                for r in rows.iter().take(rows_per_head) {
-                    // 2·ADDRESS_ON·(h + r − 3/2): +128 when both are chosen, ≤ −128 otherwise.
-                    out.push(((h.expr.clone() + r.expr.clone() - 1.5) * (2.0 * ADDRESS_ON), h.delay));
+                for r in 0..rows_per_head {
+                    // Digits of r, most significant factor first.
+                    let mut rest = r;
+                    let mut sum = h.expr.clone();
+                    for factor in rows.iter().rev() {
+                        sum = sum + factor[rest % factor.len()].expr.clone();
+                        rest /= factor.len();
+                    }
+                    // 2·ADDRESS_ON·(Σ − (factors + 1) + ½): +128 when all are chosen, ≤ −128 otherwise.
+                    out.push(((sum - factors - 0.5) * (2.0 * ADDRESS_ON), h.delay));
                 }
             }
             out
@@ -183,17 +206,19 @@ fn check_address(c: &Circuit, memory: usize, address: &Address) -> Result<(), Co
             r.iter().collect()
         }
         Address::Factored { heads: h, rows } => {
-            if h.len() != heads || rows.len() != rph {
+            let row_count: usize = rows.iter().map(|f| f.len()).product();
+            if h.len() != heads || row_count != rph {
                 return Err(CompileError::AddressSize {
                     memory: name,
-                    found: h.len() * rows.len(),
+                    found: h.len() * row_count,
                     expected: heads * rph,
                 });
             }
-            if h.iter().chain(rows).any(|d| d.delay != h[0].delay) {
+            let all: Vec<&Delayed> = h.iter().chain(rows.iter().flatten()).collect();
+            if all.iter().any(|d| d.delay != h[0].delay) {
                 return Err(CompileError::MixedDelays(name));
             }
-            h.iter().chain(rows).collect()
+            all
         }
     };
     if let Some(d) = delays.iter().find(|d| d.delay > 3) {
@@ -254,24 +279,35 @@ pub fn compile(circuit: &Circuit, base: &TextConfig) -> Result<Chip, CompileErro
             if ml != l {
                 continue;
             }
-            let slots = mem.key_heads * dk;
             let value_heads = (first * group)..((first + mem.key_heads) * group);
             for w in c.writes.iter().filter(|w| w.memory == m) {
-                for (i, (pre, delay)) in address_slots(&w.address, slots, mem.key_heads, dk).iter().enumerate() {
+                for (i, (pre, delay)) in address_slots(&w.address, mem.key_heads, dk).iter().enumerate() {
                     let channel = key_dim + first * dk + i;
                     writer.put(g.in_proj_qkv.row_mut(channel), pre, 1.0);
                     g.conv1d.row_mut(channel)[k_taps - 1 - delay] = 1.0;
                 }
+                // Value pre-activations: ±VALUE_ON for bits, LEVEL_UNIT·level for levels.
+                let mut values: Vec<(usize, Expr, usize)> = w
+                    .entries
+                    .iter()
+                    .map(|(e, d)| match mem.code {
+                        RowCode::OneHot { .. } => (*e, (d.expr.clone() * 2.0 - 1.0) * VALUE_ON, d.delay),
+                        RowCode::Anchored { .. } => (*e, d.expr.clone() * LEVEL_UNIT, d.delay),
+                    })
+                    .collect();
+                if let RowCode::Anchored { anchor, .. } = mem.code {
+                    for sub in 0..group {
+                        for a in 0..ANCHOR_ENTRIES {
+                            values.push((sub * dv + dv - 1 - a, Expr::constant(anchor * LEVEL_UNIT), 0));
+                        }
+                    }
+                }
                 for h in 0..mem.key_heads {
-                    for (entry, value) in &w.entries {
+                    for (entry, pre, delay) in &values {
                         let vh = (first + h) * group + entry / dv;
                         let channel = 2 * key_dim + vh * dv + entry % dv;
-                        writer.put(
-                            g.in_proj_qkv.row_mut(channel),
-                            &(value.expr.clone() * 2.0 - 1.0),
-                            VALUE_ON,
-                        );
-                        g.conv1d.row_mut(channel)[k_taps - 1 - value.delay] = 1.0;
+                        writer.put(g.in_proj_qkv.row_mut(channel), pre, 1.0);
+                        g.conv1d.row_mut(channel)[k_taps - 1 - delay] = 1.0;
                     }
                 }
                 for vh in value_heads.clone() {
@@ -281,12 +317,15 @@ pub fn compile(circuit: &Circuit, base: &TextConfig) -> Result<Chip, CompileErro
                 }
             }
             for r in c.reads.iter().filter(|r| r.memory == m) {
-                for (i, (pre, delay)) in address_slots(&r.address, slots, mem.key_heads, dk).iter().enumerate() {
+                for (i, (pre, delay)) in address_slots(&r.address, mem.key_heads, dk).iter().enumerate() {
                     let channel = first * dk + i;
                     writer.put(g.in_proj_qkv.row_mut(channel), pre, 1.0);
                     g.conv1d.row_mut(channel)[k_taps - 1 - delay] = 1.0;
                 }
-                let gate = contract::read_gate(mem.nonzeros_per_value_head).expect("checked at declaration");
+                let gate = match mem.code {
+                    RowCode::OneHot { nonzeros } => contract::read_gate(nonzeros).expect("checked at declaration"),
+                    RowCode::Anchored { anchor, rows_per_read } => contract::anchored_read_gate(anchor, rows_per_read),
+                };
                 for vh in value_heads.clone() {
                     for ch in 0..dv {
                         let entry = (vh - first * group) % group * dv + ch;

@@ -32,7 +32,10 @@ fn describe_expr(c: &Circuit, e: &Expr, limit: usize) -> String {
 fn describe_address(c: &Circuit, a: &Address) -> String {
     let (elems, kind) = match a {
         Address::Rows(r) => (r.iter().collect::<Vec<_>>(), "row one-hot"),
-        Address::Factored { heads, rows } => (heads.iter().chain(rows).collect(), "head × row one-hot"),
+        Address::Factored { heads, rows } => (
+            heads.iter().chain(rows.iter().flatten()).collect(),
+            "head × row-digit one-hots",
+        ),
     };
     let mut signals: Vec<String> = elems
         .iter()
@@ -138,13 +141,20 @@ pub fn report(chip: &Chip) -> String {
             } else {
                 format!("key heads {first}..{}", first + mem.key_heads - 1)
             };
+            let code = match mem.code {
+                inband_circuits::circuit::RowCode::OneHot { nonzeros } => {
+                    format!("one-hot, {nonzeros} entries on per value head")
+                }
+                inband_circuits::circuit::RowCode::Anchored { anchor, rows_per_read } => {
+                    format!("integer levels with anchor {anchor}, reads sum {rows_per_read} row(s)")
+                }
+            };
             let _ = writeln!(
                 out,
-                "  {heads}: memory {:?}, {} rows; a row is {} ({} entries on per value head)",
+                "  {heads}: memory {:?}, {} rows; a row is {} ({code})",
                 mem.name,
                 mem.key_heads * c.target.rows_per_head,
                 mem.description,
-                mem.nonzeros_per_value_head
             );
             for w in c.writes.iter().filter(|w| w.memory == m) {
                 let _ = writeln!(out, "    write when {}", describe_expr(c, &w.enable, 4));

@@ -49,7 +49,7 @@ enum Op {
 fn address_signals(a: &Address) -> Vec<Signal> {
     let elems: Vec<&Expr> = match a {
         Address::Rows(r) => r.iter().map(|d| &d.expr).collect(),
-        Address::Factored { heads, rows } => heads.iter().chain(rows).map(|d| &d.expr).collect(),
+        Address::Factored { heads, rows } => heads.iter().chain(rows.iter().flatten()).map(|d| &d.expr).collect(),
     };
     elems.into_iter().flat_map(|e| e.signals()).collect()
 }
