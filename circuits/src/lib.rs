@@ -17,6 +17,6 @@ pub mod expr;
 pub mod primitives;
 pub mod token;
 
-pub use circuit::{Address, Block, Circuit, Memory, Neuron, Output, Read, Source, Target, Write};
+pub use circuit::{Address, Block, Circuit, Memory, Neuron, Output, Read, ReadOutput, Source, Target, Write};
 pub use expr::{Delayed, Expr, Range, Signal};
 pub use token::{ChipToken, FieldDef, KindDef, TokenSpec};

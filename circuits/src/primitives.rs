@@ -48,6 +48,35 @@ pub fn add_identity(b: &mut BlockBuilder, value: &Expr, outputs: &[(Signal, f64)
     b.neuron(Expr::constant(IDENTITY_GATE), value.clone(), &scaled);
 }
 
+/// The AND of 0/1 terms as one affine expression: Σ terms − (n − 1) is 1 when every term
+/// is 1 and at most 0 otherwise. Every saturating place of the layer math (an MLP gate, a
+/// GDN key, value, beta or z) turns such an expression into an exact decision, so ANDs
+/// feeding them cost no neurons.
+pub fn all(terms: &[Expr]) -> Expr {
+    let n = terms.len() as f64;
+    terms.iter().fold(Expr::zero(), |e, t| e + t.clone()) - (n - 1.0)
+}
+
+/// 1 − e.
+pub fn not(e: &Expr) -> Expr {
+    Expr::constant(1.0) - e.clone()
+}
+
+/// Thresholds `[level ≥ v]` for v = 1..=max of a level that is an integer only to within a
+/// small error (an anchored memory read): two neurons each, whose difference is exact for
+/// errors below 0.07 (the lower gate stays under −89, the upper above 17).
+pub fn level_thresholds(c: &mut Circuit, name: &str, level: &Expr, max: usize) -> Vec<Signal> {
+    let mut b = c.block(name);
+    let outs: Vec<Signal> = (1..=max).map(|v| b.output(format!("ge{v}"), Range::BIT)).collect();
+    for (v, out) in (1..=max).zip(&outs) {
+        let cond = level.clone() - (v as f64 - 1.0);
+        b.neuron((cond.clone() * 2.0 - 0.5) * K, Expr::constant(1.0), &[(*out, 1.0 / K)]);
+        b.neuron((cond * 2.0 - 1.5) * K, Expr::constant(1.0), &[(*out, -1.0 / K)]);
+    }
+    c.add_block(b);
+    outs
+}
+
 /// `[cond > 0]` for an integer-valued `cond`: a new 0/1 signal.
 pub fn step(c: &mut Circuit, name: &str, cond: Expr) -> Signal {
     let range = c.expr_range(&cond);
@@ -309,20 +338,35 @@ pub enum ShiftKind {
 /// amount mod 4) and `high` (8 entries, amount div 4). Two MLP layers (a barrel shifter
 /// of radix 4 then 16); each neuron ANDs one amount choice with one input bit.
 pub fn shift(c: &mut Circuit, name: &str, bits: &[Expr], low: &[Expr], high: &[Expr], kind: ShiftKind) -> Vec<Expr> {
-    assert_eq!(bits.len(), 32);
-    assert_eq!((low.len(), high.len()), (4, 8));
-    // Right shifts are left shifts of the reversed word.
-    let reversed = kind != ShiftKind::LeftLogical;
-    let input: Vec<Expr> = if reversed {
-        bits.iter().rev().cloned().collect()
-    } else {
-        bits.to_vec()
-    };
     let fill = if kind == ShiftKind::RightArithmetic {
         bits[31].clone()
     } else {
         Expr::zero()
     };
+    shift_with_fill(c, name, bits, low, high, kind != ShiftKind::LeftLogical, &fill)
+}
+
+/// As [`shift`], left or `right`, with the vacated bits taking the 0/1 value `fill`
+/// (a right shift with fill = sign bit AND "arithmetic" serves SRL and SRA at once).
+pub fn shift_with_fill(
+    c: &mut Circuit,
+    name: &str,
+    bits: &[Expr],
+    low: &[Expr],
+    high: &[Expr],
+    right: bool,
+    fill: &Expr,
+) -> Vec<Expr> {
+    assert_eq!(bits.len(), 32);
+    assert_eq!((low.len(), high.len()), (4, 8));
+    // Right shifts are left shifts of the reversed word.
+    let reversed = right;
+    let input: Vec<Expr> = if reversed {
+        bits.iter().rev().cloned().collect()
+    } else {
+        bits.to_vec()
+    };
+    let fill = fill.clone();
     let stage = |c: &mut Circuit, stage_name: &str, input: &[Expr], choice: &[Expr], unit: usize| -> Vec<Expr> {
         let mut b = c.block(stage_name);
         let outs: Vec<Signal> = (0..32).map(|i| b.output(format!("b{i}"), Range::BIT)).collect();
@@ -373,6 +417,50 @@ pub struct BitSum {
 /// not merely propagate decides; the sum is odd, so never 0. Sum bits
 /// a_i + b_i + c_i − 2·c_{i+1} are linear in the carries.
 pub fn add_bits(c: &mut Circuit, name: &str, a: &[Expr], b: &[Expr], carry_in: &Expr) -> BitSum {
+    add_bits_with(c, name, a, b, carry_in, false).0
+}
+
+/// What [`subtract_compare`] adds to the difference's bits.
+#[derive(Debug, Clone)]
+pub struct Comparison32 {
+    pub difference: BitSum,
+    /// a == b.
+    pub equal: Expr,
+    /// a < b as unsigned numbers.
+    pub less_unsigned: Expr,
+    /// a < b as two's complement numbers.
+    pub less_signed: Expr,
+}
+
+/// a + b_inverted + carry_in on 32-bit words, where the caller passes `b_inverted` =
+/// NOT b and carry_in = 1 for a subtraction (and anything else for an addition). Besides
+/// the sum (two MLP layers, as [`add_bits`]) it returns, in the same layers, equality
+/// (every nibble propagates) and both orders: unsigned from the carry out, signed from
+/// the carry out of the same sum with both top bits flipped (which maps two's
+/// complement order onto unsigned order). The comparisons mean something only when the
+/// caller subtracted.
+pub fn subtract_compare(c: &mut Circuit, name: &str, a: &[Expr], b_inverted: &[Expr], carry_in: &Expr) -> Comparison32 {
+    assert_eq!(a.len(), 32);
+    let (sum, extra) = add_bits_with(c, name, a, b_inverted, carry_in, true);
+    let extra = extra.expect("requested");
+    Comparison32 {
+        less_unsigned: Expr::constant(1.0) - sum.carries[32].clone(),
+        less_signed: Expr::constant(1.0) - extra.0,
+        equal: extra.1,
+        difference: sum,
+    }
+}
+
+/// The adder behind [`add_bits`] and [`subtract_compare`]; with `compare`, also the signed
+/// carry out and the all-propagate flag.
+fn add_bits_with(
+    c: &mut Circuit,
+    name: &str,
+    a: &[Expr],
+    b: &[Expr],
+    carry_in: &Expr,
+    compare: bool,
+) -> (BitSum, Option<(Expr, Expr)>) {
     assert_eq!(a.len(), b.len());
     assert!(a.len().is_multiple_of(4));
     let n = a.len();
@@ -386,13 +474,20 @@ pub fn add_bits(c: &mut Circuit, name: &str, a: &[Expr], b: &[Expr], carry_in: &
         conds.push((format!("g{m}"), nibble_sum(m) - 15.0));
         conds.push((format!("q{m}"), nibble_sum(m) - 14.0));
     }
+    let top = n / 4 - 1;
+    if compare {
+        // The top nibble's sum with both top bits flipped: each flip turns x into 1 − x.
+        let flipped = nibble_sum(top) + (Expr::constant(2.0) - a[n - 1].clone() * 2.0 - b[n - 1].clone() * 2.0) * 8.0;
+        conds.push(("g.flip".into(), flipped.clone() - 15.0));
+        conds.push(("q.flip".into(), flipped - 14.0));
+    }
     let gq = steps(c, &format!("{name}.gp"), &conds);
-    let t_nibble: Vec<Expr> = gq
+    let t_nibble: Vec<Expr> = gq[..n / 2]
         .chunks(2)
         .map(|p| Expr::signal(p[0]) + Expr::signal(p[1]) - 1.0)
         .collect();
     let cin_term = carry_in.clone() * 2.0 - 1.0;
-    let carry_conds: Vec<(String, Expr)> = (1..=n)
+    let mut carry_conds: Vec<(String, Expr)> = (1..=n)
         .map(|i| {
             let whole = i / 4;
             let mut e = cin_term.clone();
@@ -406,11 +501,26 @@ pub fn add_bits(c: &mut Circuit, name: &str, a: &[Expr], b: &[Expr], carry_in: &
             (format!("c{i}"), e)
         })
         .collect();
+    if compare {
+        let t_flip = Expr::signal(gq[n / 2]) + Expr::signal(gq[n / 2 + 1]) - 1.0;
+        let mut e = cin_term.clone();
+        for (m, t) in t_nibble.iter().enumerate().take(top) {
+            e = e + t.clone() * (1u64 << (m + 1)) as f64;
+        }
+        e = e + t_flip * (1u64 << (top + 1)) as f64;
+        carry_conds.push(("c.signed".into(), e));
+        // Every nibble propagates: its sum is exactly 15.
+        let propagate = gq[..n / 2]
+            .chunks(2)
+            .fold(Expr::zero(), |e, p| e + Expr::signal(p[1]) - Expr::signal(p[0]));
+        carry_conds.push(("equal".into(), propagate - (n / 4 - 1) as f64));
+    }
     let carry_signals = steps(c, &format!("{name}.carry"), &carry_conds);
     let mut carries = vec![carry_in.clone()];
-    carries.extend(carry_signals.iter().map(|s| Expr::signal(*s)));
+    carries.extend(carry_signals[..n].iter().map(|s| Expr::signal(*s)));
     let bits = (0..n)
         .map(|i| a[i].clone() + b[i].clone() + carries[i].clone() - carries[i + 1].clone() * 2.0)
         .collect();
-    BitSum { bits, carries }
+    let extra = compare.then(|| (Expr::signal(carry_signals[n]), Expr::signal(carry_signals[n + 1])));
+    (BitSum { bits, carries }, extra)
 }

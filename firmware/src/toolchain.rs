@@ -170,6 +170,54 @@ impl Toolchain {
         Ok(())
     }
 
+    /// Assembles a standalone assembly file linked at `base` (no runtime, no libraries)
+    /// and returns its code as little-endian words: how the chip's millicode is built.
+    pub fn assemble_flat(&self, source: &Path, base: u32) -> Result<Vec<u32>, BuildError> {
+        let work = tempfile::tempdir().map_err(|source| BuildError::Io {
+            path: std::env::temp_dir(),
+            source,
+        })?;
+        let out = work.path().join("flat.elf");
+        let mut args: Vec<OsString> = ARCH_FLAGS.iter().map(OsString::from).collect();
+        args.extend(
+            [
+                "-nostdlib".to_string(),
+                "-Wl,--no-relax".to_string(),
+                "-Wl,-e,0".to_string(),
+                format!("-Wl,-Ttext={base:#x}"),
+                "-o".to_string(),
+            ]
+            .map(OsString::from),
+        );
+        args.push(out.clone().into_os_string());
+        args.push(source.to_path_buf().into_os_string());
+        let result = Command::new(&self.gcc)
+            .args(&args)
+            .output()
+            .map_err(|e| BuildError::Io {
+                path: self.gcc.clone(),
+                source: e,
+            })?;
+        if !result.status.success() {
+            return Err(BuildError::CompileFailed(
+                String::from_utf8_lossy(&result.stderr).trim_end().to_string(),
+            ));
+        }
+        let bytes = std::fs::read(&out).map_err(|source| BuildError::Io { path: out, source })?;
+        let elf =
+            goblin::elf::Elf::parse(&bytes).map_err(|e| BuildError::CompileFailed(format!("unreadable ELF: {e}")))?;
+        let text = elf
+            .program_headers
+            .iter()
+            .find(|p| p.p_type == goblin::elf::program_header::PT_LOAD && p.p_filesz > 0)
+            .ok_or_else(|| BuildError::CompileFailed("no code".into()))?;
+        let code = &bytes[text.p_offset as usize..(text.p_offset + text.p_filesz) as usize];
+        Ok(code
+            .chunks(4)
+            .map(|w| u32::from_le_bytes([w[0], w[1], *w.get(2).unwrap_or(&0), *w.get(3).unwrap_or(&0)]))
+            .collect())
+    }
+
     /// Builds one program and returns its bytes (a temporary file holds the ELF meanwhile).
     pub fn build_to_bytes(&self, sources: &[PathBuf], flavor: Flavor, opt_level: &str) -> Result<Vec<u8>, BuildError> {
         let dir = tempfile::tempdir().map_err(|source| BuildError::Io {

@@ -152,7 +152,7 @@ impl RowWriter<'_> {
     /// Writes `scale · expr` (nominal pre-activation) into a weight row of full width.
     fn put(&self, row: &mut [f32], expr: &Expr, scale: f64) {
         for (s, c) in &expr.terms {
-            row[self.layout.dim(*s)] += self.layout.signal_weight(c * scale);
+            row[self.layout.dim(*s)] += self.layout.signal_weight(*s, c * scale);
         }
         if expr.constant != 0.0 {
             let (anchor, _) = self.layout.constant_anchor();
@@ -339,10 +339,11 @@ pub fn compile(circuit: &Circuit, base: &TextConfig) -> Result<Chip, CompileErro
                 }
                 for (signal, entries) in &r.outputs {
                     let row = g.out_proj.row_mut(layout.dim(*signal));
+                    let scale = layout.scale(*signal);
                     for h in 0..mem.key_heads {
                         for (entry, coeff) in entries {
                             let vh = (first + h) * group + entry / dv;
-                            row[vh * dv + entry % dv] += *coeff as f32;
+                            row[vh * dv + entry % dv] += *coeff as f32 * scale;
                         }
                     }
                 }
@@ -358,7 +359,7 @@ pub fn compile(circuit: &Circuit, base: &TextConfig) -> Result<Chip, CompileErro
                 writer.put(layer.mlp.gate_proj.row_mut(n), &neuron.gate, 1.0);
                 writer.put(layer.mlp.up_proj.row_mut(n), &neuron.up, 1.0);
                 for (s, coeff) in &neuron.outputs {
-                    layer.mlp.down_proj.row_mut(layout.dim(*s))[n] += *coeff as f32;
+                    layer.mlp.down_proj.row_mut(layout.dim(*s))[n] += *coeff as f32 * layout.scale(*s);
                 }
                 n += 1;
             }

@@ -5,8 +5,10 @@
 //! sum to exactly D·4^k (D the full residual width), so with nothing else in the
 //! residual the norm scale is exactly 2^-k: a power of two, which keeps every weight a
 //! small integer times a power of two (exact in bf16) and every nominal value exact.
-//! The chip's own signals add at most ~10^5 to the sum of squares, shifting the scale
-//! by under 5·10^-5: far inside every decision margin.
+//! Signals whose range exceeds ±1 (sums, column counts, levels) are stored pre-scaled by
+//! a power of two into [-1, 1], and every weight that reads them compensates, so the
+//! chip's own signals add at most a few thousand to the sum of squares and shift the
+//! scale by under 10^-6: far inside every decision margin.
 
 use inband_circuits::{Circuit, Signal};
 
@@ -24,6 +26,8 @@ pub struct Layout {
     pub anchors: Vec<(usize, f32)>,
     /// Chip dimension of each circuit signal.
     pub signal_dim: Vec<usize>,
+    /// Power-of-two factor each signal is stored with (1 for signals within ±1).
+    pub signal_scale: Vec<f32>,
     /// Name of every chip dimension.
     pub names: Vec<String>,
 }
@@ -63,6 +67,18 @@ impl Layout {
         let anchors: Vec<(usize, f32)> = anchors.iter().enumerate().map(|(i, (_, v))| (i, *v)).collect();
         let mut names: Vec<String> = anchors.iter().map(|(i, v)| format!("anchor{i} (= {v})")).collect();
         let signal_dim: Vec<usize> = (0..needed).map(|s| anchors.len() + s).collect();
+        let signal_scale = circuit
+            .signals
+            .iter()
+            .map(|s| {
+                let magnitude = s.range.lo.unsigned_abs().max(s.range.hi.unsigned_abs());
+                if magnitude <= 1 {
+                    1.0
+                } else {
+                    2f32.powi(-(magnitude.next_power_of_two().trailing_zeros() as i32))
+                }
+            })
+            .collect();
         names.extend(circuit.signals.iter().map(|s| s.name.clone()));
         while names.len() < chip_dims {
             names.push("(padding)".into());
@@ -72,6 +88,7 @@ impl Layout {
             chip_dims,
             anchors,
             signal_dim,
+            signal_scale,
             names,
         }
     }
@@ -91,10 +108,16 @@ impl Layout {
         (self.hidden + self.anchors[0].0, self.anchors[0].1)
     }
 
-    /// Weight that turns a nominal coefficient on a signal into a projection weight
-    /// (the norm scales nominal x to x·2^-k).
-    pub fn signal_weight(&self, coefficient: f64) -> f32 {
-        (coefficient * 2f64.powi(NORM_EXPONENT)) as f32
+    /// Weight that turns a nominal coefficient on signal `s` into a projection weight
+    /// (the norm scales the stored value to value·2^-k; the stored value is the nominal
+    /// one times the signal's scale).
+    pub fn signal_weight(&self, s: Signal, coefficient: f64) -> f32 {
+        (coefficient * 2f64.powi(NORM_EXPONENT) / self.scale(s) as f64) as f32
+    }
+
+    /// The factor signal `s` is stored with.
+    pub fn scale(&self, s: Signal) -> f32 {
+        self.signal_scale[s.0 as usize]
     }
 
     /// Weight on the constant anchor that adds `constant` to a pre-activation.

@@ -15,6 +15,7 @@ pub mod layout;
 pub mod pack;
 pub mod report;
 pub mod runner;
+pub mod rv32im;
 pub mod schedule;
 pub mod toy;
 

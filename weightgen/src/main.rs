@@ -7,11 +7,13 @@ use clap::{ArgGroup, Parser, ValueEnum};
 use inband_qwen35::checkpoint::Checkpoint;
 use inband_qwen35::presets::Shape;
 use inband_qwen35::TextConfig;
-use inband_weightgen::{compile, pack, target_of, toy};
+use inband_weightgen::{compile, pack, rv32im, target_of, toy};
 use indicatif::{ProgressBar, ProgressStyle};
 
 #[derive(Clone, Copy, ValueEnum)]
 enum ChipName {
+    /// The RV32IM CPU (60 KiB ROM, 32 KiB RAM, millicode division).
+    Rv32im,
     /// The 8-bit accumulator toy machine (16-instruction ROM, 16-byte RAM).
     Acc8,
 }
@@ -40,7 +42,7 @@ struct Cli {
     #[arg(long)]
     out: PathBuf,
     /// Which chip to compile.
-    #[arg(long, value_enum, default_value = "acc8")]
+    #[arg(long, value_enum, default_value = "rv32im")]
     chip: ChipName,
 }
 
@@ -59,6 +61,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     bar.enable_steady_tick(std::time::Duration::from_millis(120));
     bar.set_message("building the circuit");
     let circuit = match cli.chip {
+        ChipName::Rv32im => rv32im::circuit(target_of(&base)).0,
         ChipName::Acc8 => toy::circuit(target_of(&base)),
     };
     bar.set_message("scheduling and emitting layers");

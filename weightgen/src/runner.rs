@@ -145,8 +145,25 @@ impl<'a> ChipRunner<'a> {
         Ok(next)
     }
 
+    /// One GDN memory row of machine 0: the `dv` entries that key row `row` of value head
+    /// `head` holds in chip layer `layer`.
+    pub fn memory_row(&self, layer: usize, head: usize, row: usize) -> anyhow::Result<Vec<f32>> {
+        let c = &self.chip.base;
+        let (dk, dv) = (c.linear_key_head_dim, c.linear_value_head_dim);
+        match &self.engine {
+            Engine::Sparse { states, .. } => {
+                let at = (head * dk + row) * dv;
+                Ok(states[0][layer].recurrent[at..at + dv].to_vec())
+            }
+            Engine::Dense { states, .. } => match &states[layer] {
+                DenseState::Gdn { recurrent, .. } => Ok(recurrent.get(0)?.get(head)?.get(row)?.to_vec1::<f32>()?),
+                DenseState::Attention { .. } => anyhow::bail!("layer {layer} is not a GDN layer"),
+            },
+        }
+    }
+
     /// The value of a chip signal in machine 0's last final residual.
     pub fn signal(&self, s: inband_circuits::Signal) -> f32 {
-        self.hidden[0][self.chip.layout.dim(s)]
+        self.hidden[0][self.chip.layout.dim(s)] / self.chip.layout.scale(s)
     }
 }

@@ -1,0 +1,453 @@
+//! Decode: instruction classes, immediates, register numbers and the millicode context.
+//!
+//! Every class is one neuron: an AND over the opcode/funct bits and the pass's phase
+//! (classes that act are gated by `first`, so re-fetches on `m`/`lk`/commit passes do
+//! nothing twice). Immediates are ANDs of an opcode and one instruction bit, so the
+//! format's bit routing needs no extra layer.
+//!
+//! Millicode (DIV, DIVU, REM, REMU run as a routine in the ROM's last head) sees the
+//! caller through a window: in millicode, register fields name shadow registers 32..63,
+//! except that reading x29 (through either source field) reads the caller's rs1, reading
+//! x30 its rs2, and writing x31 writes its rd. The `ctx` memories hold those register numbers and the return pc,
+//! written when the division instruction enters millicode.
+
+use inband_circuits::primitives::{add_gated, all, not};
+use inband_circuits::{Circuit, Delayed, Expr, Range, Write};
+
+use super::front::Front;
+use super::wires::{all_of, entry_outputs, oh, one_row, pattern};
+
+/// Instruction classes (each 0/1, at most one set, all 0 when nothing runs).
+#[derive(Clone, Debug)]
+pub struct Classes {
+    pub lui: Expr,
+    pub auipc: Expr,
+    pub jal: Expr,
+    pub jalr: Expr,
+    /// beq bne blt bge bltu bgeu
+    pub branch: [Expr; 6],
+    /// lb lh lw lbu lhu
+    pub load: [Expr; 5],
+    /// sb sh sw
+    pub store: [Expr; 3],
+    pub addi: Expr,
+    pub slti: Expr,
+    pub sltiu: Expr,
+    pub xori: Expr,
+    pub ori: Expr,
+    pub andi: Expr,
+    pub slli: Expr,
+    pub srli: Expr,
+    pub srai: Expr,
+    pub add: Expr,
+    pub sub: Expr,
+    pub sll: Expr,
+    pub slt: Expr,
+    pub sltu: Expr,
+    pub xor: Expr,
+    pub srl: Expr,
+    pub sra: Expr,
+    pub or: Expr,
+    pub and: Expr,
+    /// mul mulh mulhsu mulhu
+    pub mul: [Expr; 4],
+    /// div divu rem remu from user code (they enter millicode)
+    pub mdiv: Expr,
+    pub fence: Expr,
+    pub ecall_user: Expr,
+    /// ecall in millicode: return to the caller
+    pub ecall_mc: Expr,
+    pub ebreak: Expr,
+    pub illegal: Expr,
+    /// A byte or halfword store being committed (a commit pass).
+    pub sbsh_commit: Expr,
+}
+
+/// Register address digits for the register file's factored address (row = 32·bank +
+/// 2·high + low): bank (user, shadow, -, -), the register number's high four bits, its
+/// low bit.
+#[derive(Clone, Debug)]
+pub struct RegDigits {
+    pub bank: Vec<Expr>,
+    pub high: Vec<Expr>,
+    pub low: Vec<Expr>,
+}
+
+pub struct Decoded {
+    pub class: Classes,
+    /// The immediate's bits (format chosen by the opcode), 0 when nothing is fetched.
+    pub imm: Vec<Expr>,
+    pub rs1: RegDigits,
+    pub rs2: RegDigits,
+    pub rd: RegDigits,
+    /// The destination is x0 (nothing to write).
+    pub rd_zero: Expr,
+    /// The millicode return pc (row digits and slot, one-hot).
+    pub ret_head: Vec<Expr>,
+    pub ret_rhi: Vec<Expr>,
+    pub ret_rlo: Vec<Expr>,
+    pub ret_slot: Vec<Expr>,
+    /// funct3's low two bits (which division entry point).
+    pub funct3_low: Expr,
+}
+
+/// (opcode, funct3, funct7) patterns; None = any.
+type Pattern = (u64, Option<u64>, Option<u64>);
+
+fn terms(bits: &[Expr], (opcode, f3, f7): Pattern) -> Vec<Expr> {
+    let mut t = pattern(bits, 0, 7, opcode);
+    if let Some(f3) = f3 {
+        t.extend(pattern(bits, 12, 3, f3));
+    }
+    if let Some(f7) = f7 {
+        t.extend(pattern(bits, 25, 7, f7));
+    }
+    t
+}
+
+pub fn build(c: &mut Circuit, f: &Front) -> Decoded {
+    let bits = &f.bits;
+    let rows = c.target.rows_per_head;
+    let user = not(&f.mode);
+
+    // The millicode context, written when user code runs a division.
+    let div_entry = all_of(
+        terms(bits, (0b0110011, None, Some(1))),
+        &[bits[14].clone(), f.first.clone(), user.clone()],
+    );
+    let ctx_a = c.memory(
+        "ctx_a",
+        1,
+        8,
+        "millicode caller: rs1 one-hot (0-31), rs2 one-hot (32-63), 6 pads",
+    );
+    let rs1_field = |r: usize| {
+        let mut t = pattern(bits, 15, 1, (r & 1) as u64);
+        t.push(f.nib[4][r >> 1].clone());
+        all(&t)
+    };
+    let rs2_field = |r: usize| {
+        let mut t = pattern(bits, 24, 1, (r >> 4) as u64);
+        t.push(f.nib[5][r & 15].clone());
+        all(&t)
+    };
+    let mut entries = Vec::new();
+    for r in 0..32 {
+        entries.push((r, Delayed::now(rs1_field(r))));
+        entries.push((32 + r, Delayed::now(rs2_field(r))));
+    }
+    for p in 64..70 {
+        entries.push((p, Delayed::now(Expr::constant(1.0))));
+    }
+    c.write(Write {
+        memory: ctx_a,
+        address: one_row(rows, 0, Delayed::now(Expr::constant(1.0))),
+        entries,
+        enable: div_entry.clone(),
+    });
+    let ca = oh(&c.read(
+        "ctx_a",
+        ctx_a,
+        one_row(rows, 0, Delayed::now(Expr::constant(1.0))),
+        None,
+        entry_outputs("e", 0..64),
+    ));
+    let ctx_b = c.memory(
+        "ctx_b",
+        1,
+        8,
+        "millicode caller: rd one-hot (0-31), return head (32-47), rhi (48-55), rlo (56-71), slot (72-79), 3 pads",
+    );
+    let mut entries = Vec::new();
+    let mut put = |e: usize, x: Expr| entries.push((e, Delayed::now(x)));
+    for r in 0..32 {
+        let mut term = pattern(bits, 7, 1, (r & 1) as u64);
+        term.push(f.nib[2][r >> 1].clone());
+        put(r, all(&term));
+    }
+    for v in 0..16 {
+        put(32 + v, f.next_head[v].clone());
+        put(56 + v, f.next_rlo[v].clone());
+    }
+    for v in 0..8 {
+        put(48 + v, f.next_rhi[v].clone());
+        put(72 + v, f.next_slot[v].clone());
+    }
+    for p in 80..83 {
+        put(p, Expr::constant(1.0));
+    }
+    c.write(Write {
+        memory: ctx_b,
+        address: one_row(rows, 0, Delayed::now(Expr::constant(1.0))),
+        entries,
+        enable: div_entry,
+    });
+    let cb = oh(&c.read(
+        "ctx_b",
+        ctx_b,
+        one_row(rows, 0, Delayed::now(Expr::constant(1.0))),
+        None,
+        entry_outputs("e", 0..80),
+    ));
+
+    // Classes.
+    let first = f.first.clone();
+    let mut b = c.block("decode");
+    let mut class = |name: &str, mut terms: Vec<Expr>, gate: &[Expr]| -> Expr {
+        terms.extend(gate.iter().cloned());
+        let n = terms.len() as f64;
+        let s = b.output(name, Range::BIT);
+        add_gated(&mut b, &all(&terms), (1.0 - n, 1.0), &Expr::constant(1.0), &[(s, 1.0)]);
+        Expr::signal(s)
+    };
+    let at_first = [first.clone()];
+    let op = |o: u64| (o, None, None);
+    let op3 = |o: u64, f3: u64| (o, Some(f3), None);
+    let op37 = |o: u64, f3: u64, f7: u64| (o, Some(f3), Some(f7));
+    let lui = class("lui", terms(bits, op(0b0110111)), &at_first);
+    let auipc = class("auipc", terms(bits, op(0b0010111)), &at_first);
+    let jal = class("jal", terms(bits, op(0b1101111)), &at_first);
+    let jalr = class("jalr", terms(bits, op3(0b1100111, 0)), &at_first);
+    let branch = [0b000, 0b001, 0b100, 0b101, 0b110, 0b111]
+        .map(|f3| class(&format!("branch{f3}"), terms(bits, op3(0b1100011, f3)), &at_first));
+    let load = [0b000, 0b001, 0b010, 0b100, 0b101]
+        .map(|f3| class(&format!("load{f3}"), terms(bits, op3(0b0000011, f3)), &at_first));
+    let store =
+        [0b000, 0b001, 0b010].map(|f3| class(&format!("store{f3}"), terms(bits, op3(0b0100011, f3)), &at_first));
+    let sbsh_commit = class("sb.commit", terms(bits, op3(0b0100011, 0)), &[f.commit.clone()])
+        + class("sh.commit", terms(bits, op3(0b0100011, 1)), &[f.commit.clone()]);
+    let imm_op = |f3| terms(bits, op3(0b0010011, f3));
+    let addi = class("addi", imm_op(0b000), &at_first);
+    let slti = class("slti", imm_op(0b010), &at_first);
+    let sltiu = class("sltiu", imm_op(0b011), &at_first);
+    let xori = class("xori", imm_op(0b100), &at_first);
+    let ori = class("ori", imm_op(0b110), &at_first);
+    let andi = class("andi", imm_op(0b111), &at_first);
+    let slli = class("slli", terms(bits, op37(0b0010011, 0b001, 0)), &at_first);
+    let srli = class("srli", terms(bits, op37(0b0010011, 0b101, 0)), &at_first);
+    let srai = class("srai", terms(bits, op37(0b0010011, 0b101, 0b0100000)), &at_first);
+    let r = |f3, f7| terms(bits, op37(0b0110011, f3, f7));
+    let add = class("add", r(0b000, 0), &at_first);
+    let sub = class("sub", r(0b000, 0b0100000), &at_first);
+    let sll = class("sll", r(0b001, 0), &at_first);
+    let slt = class("slt", r(0b010, 0), &at_first);
+    let sltu = class("sltu", r(0b011, 0), &at_first);
+    let xor = class("xor", r(0b100, 0), &at_first);
+    let srl = class("srl", r(0b101, 0), &at_first);
+    let sra = class("sra", r(0b101, 0b0100000), &at_first);
+    let or = class("or", r(0b110, 0), &at_first);
+    let and = class("and", r(0b111, 0), &at_first);
+    let mul = [0b000, 0b001, 0b010, 0b011].map(|f3| class(&format!("mul{f3}"), r(f3, 1), &at_first));
+    let mdiv = class(
+        "mdiv",
+        terms(bits, (0b0110011, None, Some(1))),
+        &[bits[14].clone(), first.clone(), user.clone()],
+    );
+    let fence = class("fence", terms(bits, op3(0b0001111, 0)), &at_first);
+    let ecall_word = pattern(bits, 0, 32, 0x0000_0073);
+    let ecall_user = class("ecall", ecall_word.clone(), &[first.clone(), user.clone()]);
+    let ecall_mc = class("ecall.mc", ecall_word, &[first.clone(), f.mode.clone()]);
+    let ebreak = class("ebreak", pattern(bits, 0, 32, 0x0010_0073), &at_first);
+    c.add_block(b);
+    let legal = [
+        &lui,
+        &auipc,
+        &jal,
+        &jalr,
+        &addi,
+        &slti,
+        &sltiu,
+        &xori,
+        &ori,
+        &andi,
+        &slli,
+        &srli,
+        &srai,
+        &add,
+        &sub,
+        &sll,
+        &slt,
+        &sltu,
+        &xor,
+        &srl,
+        &sra,
+        &or,
+        &and,
+        &mdiv,
+        &fence,
+        &ecall_user,
+        &ecall_mc,
+        &ebreak,
+    ]
+    .into_iter()
+    .chain(branch.iter())
+    .chain(load.iter())
+    .chain(store.iter())
+    .chain(mul.iter())
+    .fold(Expr::zero(), |e, x| e + x.clone());
+    let illegal = first.clone() - legal;
+
+    // Immediates: per opcode family, which instruction bit lands in immediate bit i.
+    const SIGN: usize = 31;
+    let src_i = |i: usize| Some(if i <= 10 { 20 + i } else { SIGN });
+    let src_s = |i: usize| {
+        Some(match i {
+            0..=4 => 7 + i,
+            5..=10 => 20 + i,
+            _ => SIGN,
+        })
+    };
+    let src_b = |i: usize| match i {
+        0 => None,
+        1..=4 => Some(7 + i),
+        5..=10 => Some(20 + i),
+        11 => Some(7),
+        _ => Some(SIGN),
+    };
+    let src_u = |i: usize| (i >= 12).then_some(i);
+    let src_j = |i: usize| match i {
+        0 => None,
+        1..=10 => Some(20 + i),
+        11 => Some(20),
+        12..=19 => Some(i),
+        _ => Some(SIGN),
+    };
+    type Source = Box<dyn Fn(usize) -> Option<usize>>;
+    let families: Vec<(u64, Source)> = vec![
+        (0b1100111, Box::new(src_i)),
+        (0b0000011, Box::new(src_i)),
+        (0b0010011, Box::new(src_i)),
+        (0b0100011, Box::new(src_s)),
+        (0b1100011, Box::new(src_b)),
+        (0b0110111, Box::new(src_u)),
+        (0b0010111, Box::new(src_u)),
+        (0b1101111, Box::new(src_j)),
+    ];
+    let mut b = c.block("imm");
+    let imm_s: Vec<_> = (0..32).map(|i| b.output(format!("b{i}"), Range::BIT)).collect();
+    for (opcode, src) in &families {
+        for (i, out) in imm_s.iter().enumerate() {
+            if let Some(bit) = src(i) {
+                let cond = all_of(pattern(bits, 0, 7, *opcode), &[bits[bit].clone(), f.fetch.clone()]);
+                add_gated(&mut b, &cond, (-8.0, 1.0), &Expr::constant(1.0), &[(*out, 1.0)]);
+            }
+        }
+    }
+    c.add_block(b);
+    let imm = oh(&imm_s);
+
+    // Register numbers: each field becomes a one-hot over the register file's 64 rows
+    // (user bank 0..31, shadow bank 32..63) and the factored address takes its marginals.
+    let mut b = c.block("regs");
+    let mut neuron = |name: String, cond: Expr| -> Expr {
+        let s = b.output(name, Range::BIT);
+        let (lo, _) = c_range(&cond);
+        add_gated(&mut b, &cond, (lo, 1.0), &Expr::constant(1.0), &[(s, 1.0)]);
+        Expr::signal(s)
+    };
+    // `is(r)`: the terms saying the field names register r. `windows`: registers that, in
+    // millicode, stand for the caller's register given by a ctx one-hot.
+    let mut register = |name: &str, is: &dyn Fn(usize) -> Vec<Expr>, windows: &[(usize, &[Expr])]| -> RegDigits {
+        let mut rows: Vec<Expr> = vec![Expr::zero(); 64];
+        for r in 0..32 {
+            rows[r] = rows[r].clone() + neuron(format!("{name}.u{r}"), all_of(is(r), &[user.clone()]));
+            if windows.iter().all(|(w, _)| *w != r) {
+                rows[32 + r] = neuron(format!("{name}.s{r}"), all_of(is(r), &[f.mode.clone()]));
+            }
+            for (w, ctx) in windows {
+                let routed = all_of(is(*w), &[f.mode.clone(), ctx[r].clone()]);
+                rows[r] = rows[r].clone() + neuron(format!("{name}.w{w}.{r}"), routed);
+            }
+        }
+        let sum = |pick: &dyn Fn(usize) -> bool| {
+            (0..64)
+                .filter(|i| pick(*i))
+                .fold(Expr::zero(), |e, i| e + rows[i].clone())
+        };
+        RegDigits {
+            bank: vec![sum(&|i| i < 32), sum(&|i| i >= 32), Expr::zero(), Expr::zero()],
+            high: (0..16).map(|v| sum(&|i| (i % 32) >> 1 == v)).collect(),
+            low: (0..2).map(|l| sum(&|i| i & 1 == l)).collect(),
+        }
+    };
+    let rs1_is = |r: usize| {
+        let mut t = pattern(bits, 15, 1, (r & 1) as u64);
+        t.push(f.nib[4][r >> 1].clone());
+        t
+    };
+    let rs2_is = |r: usize| {
+        let mut t = pattern(bits, 24, 1, (r >> 4) as u64);
+        t.push(f.nib[5][r & 15].clone());
+        t
+    };
+    let rd_is = |r: usize| {
+        let mut t = pattern(bits, 7, 1, (r & 1) as u64);
+        t.push(f.nib[2][r >> 1].clone());
+        t
+    };
+    let sources: [(usize, &[Expr]); 2] = [(29, &ca[0..32]), (30, &ca[32..64])];
+    let rs1 = register("rs1", &rs1_is, &sources);
+    let rs2 = register("rs2", &rs2_is, &sources);
+    let rd = register("rd", &rd_is, &[(31, &cb[0..32])]);
+    // Nothing is written for x0: the field is 0 (user or shadow x0) or names the caller's x0.
+    let field_zero = neuron("rd.zero".into(), all(&rd_is(0)));
+    let ctx_zero = neuron(
+        "rd.ctx.zero".into(),
+        all_of(rd_is(31), &[f.mode.clone(), cb[0].clone()]),
+    );
+    c.add_block(b);
+
+    Decoded {
+        class: Classes {
+            lui,
+            auipc,
+            jal,
+            jalr,
+            branch,
+            load,
+            store,
+            addi,
+            slti,
+            sltiu,
+            xori,
+            ori,
+            andi,
+            slli,
+            srli,
+            srai,
+            add,
+            sub,
+            sll,
+            slt,
+            sltu,
+            xor,
+            srl,
+            sra,
+            or,
+            and,
+            mul,
+            mdiv,
+            fence,
+            ecall_user,
+            ecall_mc,
+            ebreak,
+            illegal,
+            sbsh_commit,
+        },
+        imm,
+        rs1,
+        rs2,
+        rd,
+        rd_zero: field_zero + ctx_zero,
+        ret_head: cb[32..48].to_vec(),
+        ret_rhi: cb[48..56].to_vec(),
+        ret_rlo: cb[56..72].to_vec(),
+        ret_slot: cb[72..80].to_vec(),
+        funct3_low: bits[12].clone() + bits[13].clone() * 2.0,
+    }
+}
+
+/// The lower bound of an expression whose signals are all 0/1.
+fn c_range(e: &Expr) -> (f64, f64) {
+    e.range(|_| Range::BIT)
+}

@@ -1,0 +1,451 @@
+//! The front end: which pass this is, the pc, the ROM and the instruction's bits.
+//!
+//! - `pc_base` (one row, first layer): the ROM row the pc is in, written by `x` tokens.
+//! - `rom_staging` (anchored, 32 rows): boot `bp` tokens stage a ROM row two nibbles at a
+//!   time; `bc` reads all 32 rows at once and writes the row into the ROM.
+//! - `rom` (anchored, all 16 heads of a layer): 2048 rows of eight instructions, each
+//!   instruction eight nibble levels. A fetch reads the base row and keeps the slot's
+//!   eight entries (the read's z gate), then 15 thresholds per nibble make exact bits.
+//! - `stage_lo`/`stage_hi`: the `w1 w2 w3` word, read back when a store commits or a
+//!   boot word is written.
+//! - next pc: the sequential successor (row + 1 after slot 7) as one-hots, for `x`
+//!   tokens, links and millicode returns.
+
+use inband_circuits::circuit::RowCode;
+use inband_circuits::primitives::{add_gated, all, level_thresholds, not};
+use inband_circuits::{Address, Circuit, Delayed, Expr, Range, Write};
+
+use super::tokens::{field, kind, ROW_PIECES, ROW_SLOTS};
+use super::wires::{entry_outputs, oh, one_row, onehot_bits, Tok};
+
+/// Anchor of the ROM's rows: levels up to 15 in 64 entries read back within 0.004.
+pub const ROM_ANCHOR: f64 = 4096.0;
+/// Anchor of each ROM staging row (32 rows are read at once, so their anchors add up).
+pub const ROM_STAGING_ANCHOR: f64 = 128.0;
+
+/// What the front end hands on.
+pub struct Front {
+    /// The pass runs the instruction at the slot (the consumed token starts one).
+    pub first: Expr,
+    /// The consumed token is `w3` with a slot: the byte/halfword store there commits.
+    pub commit: Expr,
+    /// The consumed token carries slot 8: this pass only moves to the next row.
+    pub rebase: Expr,
+    /// One-hot of the slot whose instruction is fetched this pass (0..8; none when no
+    /// instruction is fetched).
+    pub slot: Vec<Expr>,
+    /// 1 when an instruction is fetched (first, commit, `m` and `lk` passes).
+    pub fetch: Expr,
+    /// The current ROM row's digits (one-hot).
+    pub head: Vec<Expr>,
+    pub rhi: Vec<Expr>,
+    pub rlo: Vec<Expr>,
+    /// 1 in millicode (the ROM's last head).
+    pub mode: Expr,
+    /// The sequential next pc's slot is 0 of the next row.
+    pub wrap: Expr,
+    /// The sequential next pc: row digits and slot (one-hot).
+    pub next_head: Vec<Expr>,
+    pub next_rhi: Vec<Expr>,
+    pub next_rlo: Vec<Expr>,
+    pub next_slot: Vec<Expr>,
+    /// User code would run on into the millicode head (a fetch outside the ROM).
+    pub runoff: Expr,
+    /// The pc's bits (0 when nothing is fetched).
+    pub pc_bits: Vec<Expr>,
+    /// The instruction's nibbles (one-hot) and bits.
+    pub nib: Vec<Vec<Expr>>,
+    pub bits: Vec<Expr>,
+    /// The link (pc + 4) as one-hot nibbles 0..3, nonzero only on `lk` passes.
+    pub link: Vec<Vec<Expr>>,
+    /// The staged word's nibbles (one-hot), nonzero only on commit and `bw` passes.
+    pub staged: Vec<Vec<Expr>>,
+}
+
+/// Builds the front end.
+pub fn build(c: &mut Circuit, t: &Tok) -> Front {
+    let rows = c.target.rows_per_head;
+    let heads = c.target.key_heads;
+    let slot9 = t.field(field::SLOT).to_vec();
+    let first = (0..ROW_SLOTS).fold(t.kind(kind::X), |e, v| e + slot9[v].clone());
+    let rebase = slot9[ROW_SLOTS].clone();
+    let commit = (0..ROW_SLOTS).fold(Expr::zero(), |e, v| e + t.field(field::WSLOT)[v].clone());
+    let slot: Vec<Expr> = (0..ROW_SLOTS)
+        .map(|v| {
+            slot9[v].clone()
+                + t.field(field::XSLOT)[v].clone()
+                + t.field(field::MSLOT)[v].clone()
+                + t.field(field::LKSLOT)[v].clone()
+                + t.field(field::WSLOT)[v].clone()
+        })
+        .collect();
+    let fetch = slot.iter().fold(Expr::zero(), |e, s| e + s.clone());
+
+    // pc_base: head one-hot (0..15), rhi (16..23), rlo (24..39), five pads.
+    let pc = c.memory("pc_base", 1, 8, "the ROM row of the pc: head, rhi, rlo one-hot, 5 pads");
+    let mut entries = Vec::new();
+    for (off, f) in [(0, field::HEAD), (16, field::RHI), (24, field::RLO)] {
+        for (v, x) in t.field(f).iter().enumerate() {
+            entries.push((off + v, Delayed::now(x.clone())));
+        }
+    }
+    for p in 40..45 {
+        entries.push((p, Delayed::now(Expr::constant(1.0))));
+    }
+    c.write(Write {
+        memory: pc,
+        address: one_row(rows, 0, Delayed::now(Expr::constant(1.0))),
+        entries,
+        enable: t.kind(kind::X),
+    });
+    let base = c.read(
+        "pc_base",
+        pc,
+        one_row(rows, 0, Delayed::now(Expr::constant(1.0))),
+        None,
+        entry_outputs("d", 0..40),
+    );
+    let base = oh(&base);
+    let (head, rhi, rlo) = (base[..16].to_vec(), base[16..24].to_vec(), base[24..40].to_vec());
+    let mode = head[15].clone();
+
+    // The sequential successor.
+    let wrap = slot[ROW_SLOTS - 1].clone() + rebase.clone();
+    let mut b = c.block("next_pc");
+    let d_rlo: Vec<_> = (0..16)
+        .map(|v| b.output(format!("drlo{v}"), Range::new(-1, 1)))
+        .collect();
+    let d_rhi: Vec<_> = (0..8)
+        .map(|v| b.output(format!("drhi{v}"), Range::new(-1, 1)))
+        .collect();
+    let d_head: Vec<_> = (0..16)
+        .map(|v| b.output(format!("dhead{v}"), Range::new(-1, 1)))
+        .collect();
+    let runoff_s = b.output("runoff", Range::BIT);
+    let one = Expr::constant(1.0);
+    for v in 0..16 {
+        let prev = (v + 15) % 16;
+        add_gated(
+            &mut b,
+            &all(&[rlo[v].clone(), wrap.clone()]),
+            (-1.0, 1.0),
+            &one,
+            &[(d_rlo[v], -1.0)],
+        );
+        add_gated(
+            &mut b,
+            &all(&[rlo[prev].clone(), wrap.clone()]),
+            (-1.0, 1.0),
+            &one,
+            &[(d_rlo[v], 1.0)],
+        );
+    }
+    for v in 0..8 {
+        let prev = (v + 7) % 8;
+        let carry = [wrap.clone(), rlo[15].clone()];
+        let here = all(&[&carry[..], &[rhi[v].clone()]].concat());
+        let from = all(&[&carry[..], &[rhi[prev].clone()]].concat());
+        add_gated(&mut b, &here, (-2.0, 1.0), &one, &[(d_rhi[v], -1.0)]);
+        add_gated(&mut b, &from, (-2.0, 1.0), &one, &[(d_rhi[v], 1.0)]);
+    }
+    for v in 0..16 {
+        let prev = (v + 15) % 16;
+        let carry = [wrap.clone(), rlo[15].clone(), rhi[7].clone()];
+        let here = all(&[&carry[..], &[head[v].clone()]].concat());
+        let from = all(&[&carry[..], &[head[prev].clone()]].concat());
+        add_gated(&mut b, &here, (-3.0, 1.0), &one, &[(d_head[v], -1.0)]);
+        add_gated(&mut b, &from, (-3.0, 1.0), &one, &[(d_head[v], 1.0)]);
+    }
+    let runoff = all(&[
+        not(&mode),
+        wrap.clone(),
+        rlo[15].clone(),
+        rhi[7].clone(),
+        head[14].clone(),
+    ]);
+    add_gated(&mut b, &runoff, (-4.0, 1.0), &one, &[(runoff_s, 1.0)]);
+    c.add_block(b);
+    let next_rlo: Vec<Expr> = (0..16).map(|v| rlo[v].clone() + d_rlo[v]).collect();
+    let next_rhi: Vec<Expr> = (0..8).map(|v| rhi[v].clone() + d_rhi[v]).collect();
+    let next_head: Vec<Expr> = (0..16).map(|v| head[v].clone() + d_head[v]).collect();
+    let mut next_slot = vec![wrap.clone()];
+    next_slot.extend((1..ROW_SLOTS).map(|v| slot[v - 1].clone()));
+
+    // pc bits: ROM_BASE + 32·row + 4·slot.
+    let mut pc_bits = vec![Expr::zero(); 32];
+    for i in 0..3 {
+        pc_bits[2 + i] = inband_circuits::primitives::onehot_bit(&slot, i);
+    }
+    for (i, b) in onehot_bits(&rlo).into_iter().enumerate() {
+        pc_bits[5 + i] = b;
+    }
+    for i in 0..3 {
+        pc_bits[9 + i] = inband_circuits::primitives::onehot_bit(&rhi, i);
+    }
+    for (i, b) in onehot_bits(&head).into_iter().enumerate() {
+        pc_bits[12 + i] = b;
+    }
+    pc_bits[16] = fetch.clone();
+
+    // ROM staging: piece p holds two levels in entries 2p, 2p+1.
+    let staging = c.add_memory(
+        "rom_staging",
+        1,
+        RowCode::Anchored {
+            anchor: ROM_STAGING_ANCHOR,
+            rows_per_read: ROW_PIECES,
+        },
+        "one ROM row being booted: row p holds nibbles 2p and 2p+1 as levels",
+    );
+    let piece = t.field(field::PIECE).to_vec();
+    let mut entries = Vec::new();
+    for (p, sel) in piece.iter().enumerate() {
+        for (k, f) in [field::P0, field::P1].into_iter().enumerate() {
+            // The level, pushed far below zero (silu → 0) unless this piece is the one written.
+            let level = t.value(f) + (sel.clone() - 1.0) * 32.0;
+            entries.push((2 * p + k, Delayed::now(level)));
+        }
+    }
+    c.write(Write {
+        memory: staging,
+        address: Address::Rows(
+            (0..rows)
+                .map(|r| Delayed::now(piece.get(r).cloned().unwrap_or_else(Expr::zero)))
+                .collect(),
+        ),
+        entries,
+        enable: t.kind(kind::BP),
+    });
+    let all_pieces = Address::Rows(
+        (0..rows)
+            .map(|r| Delayed::now(Expr::constant(if r < ROW_PIECES { 1.0 } else { 0.0 })))
+            .collect(),
+    );
+    let levels: Vec<(String, Range, Vec<(usize, f64)>)> = (0..2 * ROW_PIECES)
+        .map(|e| (format!("L{e}"), Range::NIBBLE, vec![(e, 1.0)]))
+        .collect();
+    let bc = t.kind(kind::BC);
+    let staged_levels = c.read(
+        "rom_staging",
+        staging,
+        all_pieces,
+        Some((0..2 * ROW_PIECES).map(|e| (e, bc.clone())).collect()),
+        levels,
+    );
+
+    // The ROM: row r of head h holds instruction s's nibble k at entry 8s + k.
+    let rom = c.add_memory(
+        "rom",
+        heads,
+        RowCode::Anchored {
+            anchor: ROM_ANCHOR,
+            rows_per_read: 1,
+        },
+        "ROM: eight instructions per row, instruction s's nibble k (level) at entry 8s+k",
+    );
+    let now = |v: &[Expr]| v.iter().map(|x| Delayed::now(x.clone())).collect::<Vec<_>>();
+    c.write(Write {
+        memory: rom,
+        address: Address::Factored {
+            heads: now(t.field(field::HEAD)),
+            rows: vec![now(t.field(field::RHI)), now(t.field(field::RLO))],
+        },
+        entries: staged_levels
+            .iter()
+            .enumerate()
+            .map(|(e, s)| (e, Delayed::now(Expr::signal(*s))))
+            .collect(),
+        enable: bc,
+    });
+    let select = (0..ROW_SLOTS)
+        .flat_map(|s| (0..8).map(move |k| (8 * s + k, s)))
+        .map(|(e, s)| (e, slot[s].clone()))
+        .collect();
+    let outputs = (0..8)
+        .map(|k| {
+            (
+                format!("nibble{k}"),
+                Range::NIBBLE,
+                (0..ROW_SLOTS).map(|s| (8 * s + k, 1.0)).collect(),
+            )
+        })
+        .collect();
+    let levels = c.read(
+        "fetch",
+        rom,
+        Address::Factored {
+            heads: now(&head),
+            rows: vec![now(&rhi), now(&rlo)],
+        },
+        Some(select),
+        outputs,
+    );
+    let mut nib = Vec::new();
+    let mut bits = Vec::new();
+    for (k, level) in levels.iter().enumerate() {
+        let ge = oh(&level_thresholds(c, &format!("inst.n{k}"), &Expr::signal(*level), 15));
+        // one-hot: [ℓ ≥ v] − [ℓ ≥ v+1]
+        let onehot: Vec<Expr> = (0..16)
+            .map(|v| {
+                let at_least = if v == 0 { Expr::constant(1.0) } else { ge[v - 1].clone() };
+                let above = if v == 15 { Expr::zero() } else { ge[v].clone() };
+                at_least - above
+            })
+            .collect();
+        bits.extend(onehot_bits(&onehot));
+        nib.push(onehot);
+    }
+
+    // The link pc + 4, one-hot per nibble, only on lk passes.
+    let lk = t.kind(kind::LK);
+    let slot_hi = (4..8).fold(Expr::zero(), |e, v| e + next_slot[v].clone());
+    let rlo_hi = (8..16).fold(Expr::zero(), |e, v| e + next_rlo[v].clone());
+    let mut b = c.block("link");
+    let mut link: Vec<Vec<Expr>> = Vec::new();
+    let mut add_nibble = |b: &mut inband_circuits::circuit::BlockBuilder, name: &str, conds: Vec<Option<Expr>>| {
+        let mut onehot = Vec::new();
+        for (v, cond) in conds.into_iter().enumerate() {
+            match cond {
+                None => onehot.push(Expr::zero()),
+                Some(cond) => {
+                    let s = b.output(format!("{name}.{v}"), Range::BIT);
+                    add_gated(b, &cond, (-3.0, 1.0), &Expr::constant(1.0), &[(s, 1.0)]);
+                    onehot.push(Expr::signal(s));
+                }
+            }
+        }
+        link.push(onehot);
+    };
+    // n0 = 4·(slot mod 4)
+    add_nibble(
+        &mut b,
+        "n0",
+        (0..16)
+            .map(|v| (v % 4 == 0).then(|| all(&[lk.clone(), next_slot[v / 4].clone() + next_slot[v / 4 + 4].clone()])))
+            .collect(),
+    );
+    // n1 = 2·(rlo mod 8) + slot div 4
+    add_nibble(
+        &mut b,
+        "n1",
+        (0..16)
+            .map(|v| {
+                let (a, hi) = (v / 2, v % 2 == 1);
+                let s = if hi { slot_hi.clone() } else { not(&slot_hi) };
+                Some(all(&[lk.clone(), next_rlo[a].clone() + next_rlo[a + 8].clone(), s]))
+            })
+            .collect(),
+    );
+    // n2 = 2·rhi + rlo div 8
+    add_nibble(
+        &mut b,
+        "n2",
+        (0..16)
+            .map(|v| {
+                let (a, hi) = (v / 2, v % 2 == 1);
+                let s = if hi { rlo_hi.clone() } else { not(&rlo_hi) };
+                Some(all(&[lk.clone(), next_rhi[a].clone(), s]))
+            })
+            .collect(),
+    );
+    // n3 = head
+    add_nibble(
+        &mut b,
+        "n3",
+        (0..16)
+            .map(|v| Some(all(&[lk.clone(), next_head[v].clone()])))
+            .collect(),
+    );
+    c.add_block(b);
+
+    // The staged word: stage_lo rows 0 (w1: nibbles 0..2) and 1 (w2: 3..5), stage_hi (w3: 6, 7).
+    let stage_lo = c.memory(
+        "stage_lo",
+        1,
+        8,
+        "staged word nibbles 0-5 one-hot: row 0 from w1 (entries 0-47, pad 96), row 1 from w2 (48-95, pad 97); read as a pair",
+    );
+    let (w1, w2) = (t.kind(kind::W1), t.kind(kind::W2));
+    let mut entries = Vec::new();
+    for j in 0..6 {
+        for (v, x) in t.field(field::N[j]).iter().enumerate() {
+            entries.push((16 * j + v, Delayed::now(x.clone())));
+        }
+    }
+    entries.push((96, Delayed::now(w1.clone())));
+    entries.push((97, Delayed::now(w2.clone())));
+    let mut address = vec![Delayed::now(w1.clone()), Delayed::now(w2.clone())];
+    address.resize(rows, Delayed::now(Expr::zero()));
+    c.write(Write {
+        memory: stage_lo,
+        address: Address::Rows(address),
+        entries,
+        enable: w1 + w2,
+    });
+    let stage_read = commit.clone() + t.kind(kind::BW);
+    let mut pair = vec![Delayed::now(Expr::constant(1.0)), Delayed::now(Expr::constant(1.0))];
+    pair.resize(rows, Delayed::now(Expr::zero()));
+    let lo = c.read(
+        "stage_lo",
+        stage_lo,
+        Address::Rows(pair),
+        Some((0..96).map(|e| (e, stage_read.clone())).collect()),
+        entry_outputs("e", 0..96),
+    );
+    let stage_hi = c.memory(
+        "stage_hi",
+        1,
+        8,
+        "staged word nibbles 6-7 one-hot (entries 0-31) from w3, six pads",
+    );
+    let mut entries = Vec::new();
+    for j in 6..8 {
+        for (v, x) in t.field(field::N[j]).iter().enumerate() {
+            entries.push((16 * (j - 6) + v, Delayed::now(x.clone())));
+        }
+    }
+    for p in 32..38 {
+        entries.push((p, Delayed::now(Expr::constant(1.0))));
+    }
+    c.write(Write {
+        memory: stage_hi,
+        address: one_row(rows, 0, Delayed::now(Expr::constant(1.0))),
+        entries,
+        enable: t.kind(kind::W3),
+    });
+    let hi = c.read(
+        "stage_hi",
+        stage_hi,
+        one_row(rows, 0, Delayed::now(Expr::constant(1.0))),
+        Some((0..32).map(|e| (e, stage_read.clone())).collect()),
+        entry_outputs("e", 0..32),
+    );
+    let staged: Vec<Vec<Expr>> = oh(&lo)
+        .chunks(16)
+        .chain(oh(&hi).chunks(16))
+        .map(|c| c.to_vec())
+        .collect();
+
+    Front {
+        first,
+        commit,
+        rebase,
+        slot,
+        fetch,
+        head,
+        rhi,
+        rlo,
+        mode,
+        wrap,
+        next_head,
+        next_rhi,
+        next_rlo,
+        next_slot,
+        runoff: Expr::signal(runoff_s),
+        pc_bits,
+        nib,
+        bits,
+        link,
+        staged,
+    }
+}

@@ -1,0 +1,524 @@
+//! The host side of the chip: boot a program image as a prefill of chip tokens, feed
+//! each chosen token back, follow the pc, collect console bytes, stop at exit or trap,
+//! and (optionally) check every retired instruction against the golden reference by
+//! reading the registers and RAM out of the GDN state.
+
+use inband_circuits::ChipToken;
+use inband_firmware::memory_map::{RAM_BASE, RAM_SIZE, ROM_BASE};
+use inband_firmware::ProgramImage;
+use inband_golden::decode::{decode, Instruction};
+use inband_golden::{Machine, Step, Trap, TrapCause};
+use inband_qwen35::TextConfig;
+use thiserror::Error;
+
+use super::regs::low;
+use super::tokens::{kind, nibble, row_digits, row_of, token, CAUSE_EXIT, NEXT_ROW, ROW_PIECES, ROW_SLOTS};
+use super::{circuit, millicode, StateMap};
+use crate::emit::{compile, target_of, Chip, CompileError};
+use crate::runner::{ChipRunner, MathPath};
+
+/// A compiled RV32IM chip and where its state lives.
+pub struct Rv32Chip {
+    pub chip: Chip,
+    pub map: StateMap,
+}
+
+impl Rv32Chip {
+    /// Builds and compiles the chip for a base model config.
+    pub fn build(base: &TextConfig) -> Result<Self, CompileError> {
+        let (c, map) = circuit(target_of(base));
+        Ok(Self {
+            chip: compile(&c, base)?,
+            map,
+        })
+    }
+}
+
+#[derive(Debug, Error)]
+pub enum ChipError {
+    #[error("the chip's layer math failed: {0}")]
+    Math(#[from] anyhow::Error),
+    #[error("the program's entry point {0:#010x} is not an aligned ROM address")]
+    Entry(u32),
+    #[error("the chip emitted {token:?} where the host expected {expected}")]
+    Protocol { token: ChipToken, expected: &'static str },
+    #[error("mismatch with the golden reference after {retired} retired instructions:\n{diff}")]
+    Mismatch { retired: u64, diff: String },
+    #[error("mismatch with the golden reference at instruction {retired}, pc {pc:#010x} ({instruction}):\n{diff}")]
+    MismatchAt {
+        retired: u64,
+        pc: u32,
+        instruction: String,
+        diff: String,
+    },
+}
+
+/// How a chip run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChipEnd {
+    Exited(i32),
+    Trapped(Trap),
+    BudgetExhausted { pc: u32 },
+}
+
+/// The ROM words the chip boots: the program's code and the millicode.
+fn rom_rows(image: &ProgramImage) -> Vec<(usize, [u32; ROW_SLOTS])> {
+    let mut rows = Vec::new();
+    let code_rows = (image.code_bytes as usize).div_ceil(4 * ROW_SLOTS);
+    for r in 0..code_rows {
+        let mut words = [0u32; ROW_SLOTS];
+        for (s, w) in words.iter_mut().enumerate() {
+            let offset = ((r * ROW_SLOTS + s) * 4) as u32;
+            if (offset as usize) < image.rom.len() {
+                *w = image.rom_word(offset);
+            }
+        }
+        if words.iter().any(|w| *w != 0) {
+            rows.push((r, words));
+        }
+    }
+    let first = ((millicode::BASE - ROM_BASE) / 32) as usize;
+    for (i, chunk) in millicode::WORDS.chunks(ROW_SLOTS).enumerate() {
+        let mut words = [0u32; ROW_SLOTS];
+        words[..chunk.len()].copy_from_slice(chunk);
+        rows.push((first + i, words));
+    }
+    rows
+}
+
+/// The prefill that boots `image`: ROM rows (32 pieces and a commit each), non-zero RAM
+/// words (three staging tokens and a write each), then `x` to the entry point.
+pub fn boot_tokens(image: &ProgramImage) -> Result<Vec<ChipToken>, ChipError> {
+    let mut out = Vec::new();
+    for (row, words) in rom_rows(image) {
+        for p in 0..ROW_PIECES {
+            let e = 2 * p;
+            let nib = |e: usize| nibble(words[e / 8], e % 8);
+            out.push(token(kind::BP, &[p, nib(e), nib(e + 1)]));
+        }
+        let [h, a, b] = row_digits(row);
+        out.push(token(kind::BC, &[h, a, b]));
+    }
+    for (i, w) in image.ram.chunks(4).enumerate() {
+        let word = u32::from_le_bytes([w[0], w[1], w[2], w[3]]);
+        if word == 0 {
+            continue;
+        }
+        out.extend(word_tokens(word, NEXT_ROW));
+        out.push(token(kind::BW, &[i >> 11, (i >> 7) & 15, (i >> 4) & 7, i & 15]));
+    }
+    let entry = image.entry;
+    if entry < ROM_BASE || entry >= millicode::BASE || entry % 4 != 0 {
+        return Err(ChipError::Entry(entry));
+    }
+    let (row, slot) = (
+        ((entry - ROM_BASE) / 32) as usize,
+        ((entry - ROM_BASE) / 4 % 8) as usize,
+    );
+    let [h, a, b] = row_digits(row);
+    out.push(token(kind::X, &[h, a, b, slot]));
+    Ok(out)
+}
+
+/// `w1 w2 w3` staging a word (w3 with `slot`).
+fn word_tokens(word: u32, slot: usize) -> [ChipToken; 3] {
+    let n = |i| nibble(word, i);
+    [
+        token(kind::W1, &[n(0), n(1), n(2)]),
+        token(kind::W2, &[n(3), n(4), n(5)]),
+        token(kind::W3, &[n(6), n(7), slot]),
+    ]
+}
+
+/// The slot a token starts (None: it starts no instruction).
+fn started_slot(t: &ChipToken) -> Option<usize> {
+    match t.kind {
+        kind::S | kind::L | kind::O => Some(t.values[3.min(t.values.len() - 1)]).filter(|s| *s < ROW_SLOTS),
+        kind::N => Some(t.values[0]).filter(|s| *s < ROW_SLOTS),
+        kind::X => Some(t.values[3]),
+        _ => None,
+    }
+}
+
+/// The value a `w1 w2 w3` triple spells.
+fn word_of(parts: &[ChipToken]) -> u32 {
+    let mut w = 0u32;
+    for (i, p) in parts.iter().enumerate() {
+        let count = if i == 2 { 2 } else { 3 };
+        for k in 0..count {
+            w |= (p.values[k] as u32) << (4 * (3 * i + k));
+        }
+    }
+    w
+}
+
+/// Counts and timing of a run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RunCounts {
+    /// Architectural instructions retired (a division counts once).
+    pub retired: u64,
+    /// Forward passes after boot.
+    pub passes: u64,
+    /// Forward passes of the boot prefill.
+    pub boot_passes: u64,
+}
+
+/// A program booted in a chip.
+pub struct ChipMachine<'a> {
+    chip: &'a Rv32Chip,
+    runner: ChipRunner<'a>,
+    image: ProgramImage,
+    /// The token the next pass consumes.
+    next: ChipToken,
+    base_row: usize,
+    /// The user instruction started and not yet retired.
+    in_flight: Option<u32>,
+    pub console: Vec<u8>,
+    pub counts: RunCounts,
+}
+
+const MILLICODE_ROW: usize = 15 * 128;
+
+impl<'a> ChipMachine<'a> {
+    /// Boots `image`: runs the boot prefill through the chip.
+    pub fn boot(chip: &'a Rv32Chip, image: &ProgramImage, path: MathPath) -> Result<Self, ChipError> {
+        let mut runner = ChipRunner::new(&chip.chip, path)?;
+        let mut tokens = boot_tokens(image)?;
+        let last = tokens.pop().expect("boot ends with x");
+        for t in &tokens {
+            runner.step(t)?;
+        }
+        Ok(Self {
+            chip,
+            runner,
+            image: image.clone(),
+            next: last,
+            base_row: 0,
+            in_flight: None,
+            console: Vec::new(),
+            counts: RunCounts {
+                boot_passes: tokens.len() as u64,
+                ..Default::default()
+            },
+        })
+    }
+
+    fn pc_of(row: usize, slot: usize) -> u32 {
+        ROM_BASE + 32 * row as u32 + 4 * slot as u32
+    }
+
+    /// Runs up to `budget` more retired instructions. With `golden` (booted from the same
+    /// image), checks pc and registers after every retired instruction and RAM after
+    /// stores, and stops at the first difference.
+    pub fn run(&mut self, budget: u64, mut golden: Option<&mut Machine>) -> Result<ChipEnd, ChipError> {
+        let limit = self.counts.retired.saturating_add(budget);
+        loop {
+            let tok = self.next.clone();
+            let start = started_slot(&tok);
+            let new_row = if tok.kind == kind::X {
+                row_of(tok.values[0], tok.values[1], tok.values[2])
+            } else {
+                self.base_row
+            };
+            let user_start = start.filter(|_| new_row < MILLICODE_ROW);
+            let mut retiring = false;
+            let retired_pc = self.in_flight.unwrap_or(0);
+            if let (Some(slot), Some(_)) = (user_start, self.in_flight) {
+                retiring = true;
+                if let Some(g) = golden.as_deref_mut() {
+                    self.golden_step(g)?;
+                    self.check_memory(g)?;
+                }
+                self.counts.retired += 1;
+                if self.counts.retired >= limit {
+                    return Ok(ChipEnd::BudgetExhausted {
+                        pc: Self::pc_of(new_row, slot),
+                    });
+                }
+            }
+            let out = self.runner.step(&tok)?;
+            self.counts.passes += 1;
+            self.base_row = new_row;
+            if let Some(slot) = user_start {
+                self.in_flight = Some(Self::pc_of(new_row, slot));
+                if retiring {
+                    if let Some(g) = golden.as_deref_mut() {
+                        self.check_registers(g, Self::pc_of(new_row, slot))
+                            .map_err(|e| self.locate(e, retired_pc))?;
+                    }
+                }
+            } else if start.is_some() && self.in_flight.is_none() {
+                return Err(ChipError::Protocol {
+                    token: tok,
+                    expected: "a start in user code",
+                });
+            }
+            match out.kind {
+                kind::T => return self.finish(out.values[0], golden),
+                kind::O => self.console.push((out.values[0] | out.values[1] << 4) as u8),
+                _ => {}
+            }
+            self.next = out;
+        }
+    }
+
+    /// Adds the instruction to a mismatch report.
+    fn locate(&self, e: ChipError, pc: u32) -> ChipError {
+        match e {
+            ChipError::Mismatch { retired, diff } => {
+                let word = self.image.rom_word(pc.wrapping_sub(ROM_BASE));
+                ChipError::MismatchAt {
+                    retired,
+                    pc,
+                    instruction: format!("{word:#010x} {:?}", decode(word)),
+                    diff,
+                }
+            }
+            other => other,
+        }
+    }
+
+    fn golden_step(&mut self, g: &mut Machine) -> Result<Step, ChipError> {
+        g.step().map_err(|trap| ChipError::Mismatch {
+            retired: self.counts.retired,
+            diff: format!("the chip retired an instruction where golden trapped: {trap}"),
+        })
+    }
+
+    /// A `t` token: read its value (when it has one) and end the run.
+    fn finish(&mut self, cause: usize, golden: Option<&mut Machine>) -> Result<ChipEnd, ChipError> {
+        let pc = self.in_flight.ok_or(ChipError::Protocol {
+            token: token(kind::T, &[cause]),
+            expected: "a trap inside an instruction",
+        })?;
+        let with_value = matches!(cause, 0 | 1 | 4 | 5 | 6 | 7 | CAUSE_EXIT);
+        let mut value = 0;
+        if with_value {
+            let mut parts = Vec::new();
+            let mut t = token(kind::T, &[cause]);
+            for expected in [kind::W1, kind::W2, kind::W3] {
+                let out = self.runner.step(&t)?;
+                self.counts.passes += 1;
+                if out.kind != expected {
+                    return Err(ChipError::Protocol {
+                        token: out,
+                        expected: "the w1 w2 w3 value after a trap",
+                    });
+                }
+                parts.push(out.clone());
+                t = out;
+            }
+            value = word_of(&parts);
+        }
+        let word = self.image.rom_word(pc - ROM_BASE);
+        let end = match cause {
+            CAUSE_EXIT => {
+                self.counts.retired += 1;
+                ChipEnd::Exited(value as i32)
+            }
+            1 => {
+                // The jump (or the last instruction of the ROM) retires; the fetch after it fails.
+                self.counts.retired += 1;
+                let is_jump = matches!(
+                    decode(word),
+                    Some(Instruction::Jal { .. } | Instruction::Jalr { .. } | Instruction::Branch { .. })
+                );
+                let at = if is_jump { value } else { pc.wrapping_add(4) };
+                ChipEnd::Trapped(Trap {
+                    pc: at,
+                    cause: TrapCause::InstructionAccessFault,
+                })
+            }
+            _ => {
+                let cause = match cause {
+                    0 => TrapCause::InstructionAddressMisaligned { target: value },
+                    2 => TrapCause::IllegalInstruction { word },
+                    3 => TrapCause::Breakpoint,
+                    4 => TrapCause::LoadAddressMisaligned { addr: value },
+                    5 => TrapCause::LoadAccessFault { addr: value },
+                    6 => TrapCause::StoreAddressMisaligned { addr: value },
+                    7 => TrapCause::StoreAccessFault { addr: value },
+                    _ => TrapCause::EnvironmentCall,
+                };
+                ChipEnd::Trapped(Trap { pc, cause })
+            }
+        };
+        if let Some(g) = golden {
+            self.check_end(g, end)?;
+        }
+        Ok(end)
+    }
+
+    fn check_end(&mut self, g: &mut Machine, end: ChipEnd) -> Result<(), ChipError> {
+        let mismatch = |diff: String| ChipError::Mismatch {
+            retired: self.counts.retired,
+            diff,
+        };
+        let golden_end = match g.step() {
+            Ok(Step::Exited(code)) => ChipEnd::Exited(code),
+            Ok(Step::Retired) => match g.step() {
+                Err(trap) => {
+                    let regs = self.registers()?;
+                    if regs != g.regs {
+                        return Err(mismatch(register_diff(&g.regs, &regs)));
+                    }
+                    ChipEnd::Trapped(trap)
+                }
+                Ok(_) => {
+                    return Err(mismatch(format!(
+                        "the chip ended ({end:?}) but golden runs on at {:#010x}",
+                        g.pc
+                    )))
+                }
+            },
+            Err(trap) => ChipEnd::Trapped(trap),
+        };
+        if golden_end != end {
+            return Err(mismatch(format!(
+                "the chip ended with {end:?}, golden with {golden_end:?}"
+            )));
+        }
+        if g.console != self.console {
+            return Err(mismatch(format!(
+                "console output differs: golden {:?}, chip {:?}",
+                String::from_utf8_lossy(&g.console),
+                String::from_utf8_lossy(&self.console)
+            )));
+        }
+        Ok(())
+    }
+
+    fn check_registers(&self, g: &Machine, pc: u32) -> Result<(), ChipError> {
+        let regs = self.registers()?;
+        let mut diff = String::new();
+        if g.pc != pc {
+            diff += &format!("pc: golden {:#010x}, chip {:#010x}\n", g.pc, pc);
+        }
+        if regs != g.regs {
+            diff += &register_diff(&g.regs, &regs);
+        }
+        if g.console != self.console {
+            diff += &format!(
+                "console: golden {:?}, chip {:?}\n",
+                String::from_utf8_lossy(&g.console),
+                String::from_utf8_lossy(&self.console)
+            );
+        }
+        if diff.is_empty() {
+            Ok(())
+        } else {
+            Err(ChipError::Mismatch {
+                retired: self.counts.retired,
+                diff,
+            })
+        }
+    }
+
+    /// After a store retires, the stored word; every 4096 instructions, all of RAM.
+    fn check_memory(&self, g: &Machine) -> Result<(), ChipError> {
+        let last = g.pc; // golden has already stepped; the store's address is not kept, so compare all
+        let _ = last;
+        let full = self.counts.retired.is_multiple_of(4096);
+        let store = self.in_flight.is_some_and(|pc| {
+            matches!(
+                decode(self.image.rom_word(pc - ROM_BASE)),
+                Some(Instruction::Store { .. })
+            )
+        });
+        if !(full || store) {
+            return Ok(());
+        }
+        let ram = g.ram();
+        for i in 0..(RAM_SIZE / 4) as usize {
+            let want = u32::from_le_bytes(ram[4 * i..4 * i + 4].try_into().expect("4 bytes"));
+            let have = self.ram_word(i)?;
+            if want != have {
+                return Err(ChipError::Mismatch {
+                    retired: self.counts.retired,
+                    diff: format!(
+                        "RAM word {:#010x}: golden {want:#010x}, chip {have:#010x}",
+                        RAM_BASE + 4 * i as u32
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn memory_row(&self, memory: usize, row: usize) -> Result<Vec<bool>, ChipError> {
+        let (layer, head) = self.chip.chip.schedule.memory_place[memory];
+        let group = self.chip.chip.base.value_heads_per_key_head();
+        let mut entries = Vec::new();
+        for sub in 0..group {
+            let r = self.runner.memory_row(layer, head * group + sub, row)?;
+            entries.extend(r.iter().map(|v| *v > 64.0));
+        }
+        Ok(entries)
+    }
+
+    /// The user registers x0..x31, read from the register file's state.
+    pub fn registers(&self) -> Result<[u32; 32], ChipError> {
+        let m = self.chip.map.regs;
+        let mut regs = [0u32; 32];
+        for (r, reg) in regs.iter_mut().enumerate() {
+            let lo = self.memory_row(m.low, r)?;
+            let u34 = self.memory_row(m.up34, r)?;
+            let u567 = self.memory_row(m.up567, r)?;
+            let nib = |e: &[bool], off: usize| (1..16).find(|v| e[off + v]).unwrap_or(0) as u32;
+            let (sneg, lones, link) = (lo[low::SNEG], lo[low::LONES], lo[low::LINK]);
+            let fill = |ones: bool| if ones { 15 } else { 0 };
+            let mut v = [0u32; 8];
+            for j in 0..3 {
+                v[j] = nib(&lo, 16 * j);
+            }
+            v[3] = nib(&u34, 0) + nib(&lo, low::LINK_N3) + fill(sneg);
+            v[4] = nib(&u34, 16) + u32::from(link) + fill(sneg);
+            for j in 0..3 {
+                v[5 + j] = nib(&u567, 16 * j) + fill(sneg || lones);
+            }
+            *reg = v.iter().enumerate().fold(0, |w, (j, n)| w | (n & 15) << (4 * j));
+        }
+        Ok(regs)
+    }
+
+    /// RAM word `index` (0 = RAM_BASE), read from its bank's state.
+    pub fn ram_word(&self, index: usize) -> Result<u32, ChipError> {
+        let bank = self.chip.map.ram[index >> 11];
+        let (layer, first) = self.chip.chip.schedule.memory_place[bank];
+        let group = self.chip.chip.base.value_heads_per_key_head();
+        let head = first + ((index >> 7) & 15);
+        let row = self.runner.memory_row(layer, head * group, index & 127)?;
+        let mut w = 0u32;
+        for j in 0..8 {
+            let v = (0..16).find(|v| row[16 * j + v] > 64.0).unwrap_or(0) as u32;
+            w |= v << (4 * j);
+        }
+        Ok(w)
+    }
+}
+
+fn register_diff(golden: &[u32; 32], chip: &[u32; 32]) -> String {
+    let mut s = String::new();
+    for r in 0..32 {
+        if golden[r] != chip[r] {
+            s += &format!("x{r}: golden {:#010x}, chip {:#010x}\n", golden[r], chip[r]);
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn word_tokens_spell_the_word() {
+        for w in [0u32, 1, 0xdead_beef, u32::MAX] {
+            assert_eq!(word_of(&word_tokens(w, 3)), w);
+        }
+        assert_eq!(started_slot(&token(kind::S, &[1, 2, 3, 5])), Some(5));
+        assert_eq!(started_slot(&token(kind::S, &[1, 2, 3, NEXT_ROW])), None);
+        assert_eq!(started_slot(&token(kind::X, &[1, 2, 3, 7])), Some(7));
+        assert_eq!(started_slot(&token(kind::M, &[1, 2, 0, 7])), None);
+    }
+}

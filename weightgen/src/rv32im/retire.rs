@@ -1,0 +1,468 @@
+//! Retire: choose the value, the next token and its fields.
+//!
+//! One layer muxes every result source into a value (nibbles) and classifies it (fits
+//! 12 bits sign-extended → `s`; bits 20..31 all 0 or all 1 → `m` then `l`; else `h`,
+//! `m`, `l`). The final layer holds the `latch`, an anchored memory written on every
+//! pass that runs an instruction and read by the continuation passes (`h`, `m`, `lk`,
+//! `w1`, `w2`, `t`), which emit the rest of what the instruction started.
+
+use inband_circuits::circuit::RowCode;
+use inband_circuits::contract::OUTPUT_UNIT;
+use inband_circuits::primitives::{add_gated, all, not};
+use inband_circuits::{Circuit, Delayed, Expr, Output, Range, Write};
+
+use super::alu::Executed;
+use super::decode::Decoded;
+use super::front::Front;
+use super::mem::MemoryUnit;
+use super::regs::RegValue;
+use super::tokens::{field, kind, up, CAUSE_EXIT, NEXT_ROW};
+use super::wires::{bits_value, entry_outputs, nibble_values, oh, one_row, value, Tok};
+
+/// Anchor of the latch's rows.
+pub const LATCH_ANCHOR: f64 = 4096.0;
+
+/// Latch entries.
+mod latch {
+    /// Value nibbles 0..7.
+    pub const VALUE: usize = 0;
+    pub const UP: usize = 8;
+    pub const OWN_SLOT: usize = 9;
+    pub const NEXT_SLOT: usize = 10;
+    pub const T_HEAD: usize = 11;
+    pub const T_RHI: usize = 12;
+    pub const T_RLO: usize = 13;
+    pub const T_SLOT: usize = 14;
+    pub const T_FAULT: usize = 15;
+    pub const WSLOT: usize = 16;
+    pub const COUNT: usize = 17;
+}
+
+pub fn build(c: &mut Circuit, t: &Tok, f: &Front, d: &Decoded, rs2: &RegValue, x: &Executed, m: &MemoryUnit) {
+    let k = &d.class;
+    let sum = |xs: &[&Expr]| xs.iter().fold(Expr::zero(), |e, x| e + (*x).clone());
+    let one = Expr::constant(1.0);
+
+    // Target checks (user code may only jump inside its ROM; millicode anywhere).
+    let tb = &x.target;
+    let mut blk = c.block("target.check");
+    let in_rom = blk.output("in_rom", Range::BIT);
+    let in_mc = blk.output("in_millicode", Range::BIT);
+    let rom_high = super::wires::pattern(tb, 16, 16, (inband_firmware::memory_map::ROM_BASE >> 16) as u64);
+    add_gated(&mut blk, &all(&rom_high), (-16.0, 1.0), &one, &[(in_rom, 1.0)]);
+    let mc_high = super::wires::pattern(tb, 12, 20, (inband_firmware::memory_map::ROM_BASE >> 12) as u64 + 15);
+    add_gated(&mut blk, &all(&mc_high), (-20.0, 1.0), &one, &[(in_mc, 1.0)]);
+    c.add_block(blk);
+    let misaligned = tb[1].clone();
+    // ok: aligned and (millicode, or in the user ROM but not its millicode head).
+    let mut blk = c.block("target.ok");
+    let ok = blk.output("ok", Range::BIT);
+    let cond = not(&misaligned) + f.mode.clone() + Expr::signal(in_rom) - Expr::signal(in_mc) - 1.0;
+    add_gated(&mut blk, &cond, (-2.0, 2.0), &one, &[(ok, 1.0)]);
+    c.add_block(blk);
+    let target_ok = Expr::signal(ok);
+    let target_nofetch = not(&misaligned) - target_ok.clone();
+
+    let jump = k.jal.clone() + k.jalr.clone();
+    let branch_any = k.branch.iter().fold(Expr::zero(), |e, b| e + b.clone());
+
+    // Outcome signals (each 0/1), each a sum of AND neurons over exclusive cases and a
+    // block of its own, so that each lands in the earliest layer its inputs allow.
+    let sig = |c: &mut Circuit, name: &str, conds: Vec<Expr>| -> Expr {
+        let mut blk = c.block(format!("outcome.{name}"));
+        let s = blk.output(name, Range::BIT);
+        for cond in conds {
+            let (lo, _) = cond.range(|_| Range::BIT);
+            add_gated(&mut blk, &cond, (lo, 1.0), &one, &[(s, 1.0)]);
+        }
+        c.add_block(blk);
+        Expr::signal(s)
+    };
+    let taken = x.branch_taken.clone();
+    let not_taken = sig(c, "branch.not_taken", vec![all(&[branch_any.clone(), not(&taken)])]);
+    let jump_rd0 = |cond: &Expr| all(&[jump.clone(), d.rd_zero.clone(), cond.clone()]);
+    let jump_go = sig(
+        c,
+        "jump.go",
+        vec![all(&[taken.clone(), target_ok.clone()]), jump_rd0(&target_ok)],
+    );
+    let jump_link = sig(
+        c,
+        "jump.link",
+        vec![all(&[jump.clone(), not(&d.rd_zero), not(&misaligned)])],
+    );
+    let jump_misaligned = sig(
+        c,
+        "jump.misaligned",
+        vec![all(&[taken.clone() + jump.clone(), misaligned.clone()])],
+    );
+    let jump_nofetch = sig(
+        c,
+        "jump.nofetch",
+        vec![all(&[taken.clone(), target_nofetch.clone()]), jump_rd0(&target_nofetch)],
+    );
+
+    // Register-result sources: (condition, nibble values).
+    let zero_hi = |lo: Vec<Expr>| -> Vec<Expr> {
+        let mut v = lo;
+        v.resize(8, Expr::zero());
+        v
+    };
+    let results: Vec<(&str, Expr, Vec<Expr>)> = vec![
+        ("add", sum(&[&k.add, &k.sub, &k.addi]), nibble_values(&x.sum)),
+        (
+            "slt",
+            k.slt.clone() + k.slti.clone(),
+            zero_hi(vec![x.less_signed.clone()]),
+        ),
+        (
+            "sltu",
+            k.sltu.clone() + k.sltiu.clone(),
+            zero_hi(vec![x.less_unsigned.clone()]),
+        ),
+        ("and", k.and.clone() + k.andi.clone(), nibble_values(&x.and)),
+        ("or", k.or.clone() + k.ori.clone(), nibble_values(&x.or)),
+        ("xor", k.xor.clone() + k.xori.clone(), nibble_values(&x.xor)),
+        ("sll", k.sll.clone() + k.slli.clone(), nibble_values(&x.shift_left)),
+        (
+            "sr",
+            sum(&[&k.srl, &k.sra, &k.srli, &k.srai]),
+            nibble_values(&x.shift_right),
+        ),
+        ("lui", k.lui.clone(), nibble_values(&d.imm)),
+        ("auipc", k.auipc.clone(), nibble_values(&x.pc_imm)),
+        ("load", m.load_ok.clone(), m.load_result.clone()),
+        ("mul", k.mul[0].clone(), x.product[..8].to_vec()),
+        ("mulh", sum(&[&k.mul[1], &k.mul[2], &k.mul[3]]), x.product[8..].to_vec()),
+    ];
+    // Other values the tokens carry: a merged word, the exit code, trap values, a console byte.
+    let trap_address =
+        m.load_misaligned.clone() + m.load_fault.clone() + m.store_misaligned.clone() + m.store_fault.clone();
+    let others: Vec<(&str, Expr, Vec<Expr>)> = vec![
+        ("merged", m.sbsh_ram.clone(), m.merged.clone()),
+        ("exit", m.exit.clone(), rs2.nibbles.clone()),
+        ("console", m.console.clone(), zero_hi(rs2.nibbles[..2].to_vec())),
+        ("addr", trap_address.clone(), nibble_values(&x.address)),
+        // Jumps carry their target (for lk passes and fetch traps).
+        ("target", jump.clone() + taken.clone(), nibble_values(&x.target)),
+    ];
+    let mut blk = c.block("value");
+    let val: Vec<_> = (0..8).map(|j| blk.output(format!("n{j}"), Range::NIBBLE)).collect();
+    for (_, cond, nibbles) in results.iter().chain(&others) {
+        for (j, n) in nibbles.iter().enumerate() {
+            if n.is_constant() && n.constant == 0.0 {
+                continue;
+            }
+            add_gated(&mut blk, cond, (-1.0, 1.0), n, &[(val[j], 1.0)]);
+        }
+    }
+    c.add_block(blk);
+    let value_n = oh(&val);
+
+    // Classification, per result source (so it runs beside the mux).
+    let mut blk = c.block("value.class");
+    let fits12 = blk.output("fits12", Range::BIT);
+    let up_zero = blk.output("up.zero", Range::BIT);
+    let up_ones = blk.output("up.ones", Range::BIT);
+    for (_, cond, nib) in &results {
+        let high = |from: usize| (from..8).fold(Expr::zero(), |e, j| e + nib[j].clone());
+        let ones = |from: usize| (from..8).fold(Expr::zero(), |e, j| e + (Expr::constant(15.0) - nib[j].clone()));
+        let big = 16.0 * 15.0 * 8.0 + 16.0;
+        let gate = |e: Expr| e + (cond.clone() - 1.0) * big;
+        // value < 2048: 16·Σ n3..n7 + n2 ≤ 7
+        add_gated(
+            &mut blk,
+            &gate(Expr::constant(8.0) - high(3) * 16.0 - nib[2].clone()),
+            (-2.0 * big, 8.0),
+            &one,
+            &[(fits12, 1.0)],
+        );
+        // value ≥ −2048: 16·Σ (15 − n3..n7) + (15 − n2) ≤ 7
+        let neg = Expr::constant(8.0) - ones(3) * 16.0 - (Expr::constant(15.0) - nib[2].clone());
+        add_gated(&mut blk, &gate(neg), (-2.0 * big, 8.0), &one, &[(fits12, 1.0)]);
+        add_gated(
+            &mut blk,
+            &gate(Expr::constant(1.0) - high(5)),
+            (-2.0 * big, 1.0),
+            &one,
+            &[(up_zero, 1.0)],
+        );
+        add_gated(
+            &mut blk,
+            &gate(Expr::constant(1.0) - ones(5)),
+            (-2.0 * big, 1.0),
+            &one,
+            &[(up_ones, 1.0)],
+        );
+    }
+    c.add_block(blk);
+    let (fits12, up_zero, up_ones) = (Expr::signal(fits12), Expr::signal(up_zero), Expr::signal(up_ones));
+    let result_any = results.iter().fold(Expr::zero(), |e, (_, c, _)| e + c.clone());
+
+    // Sequential outcomes: no register to write, the next instruction follows.
+    let mut blk = c.block("sequential");
+    let seq_s = blk.output("seq", Range::BIT);
+    add_gated(
+        &mut blk,
+        &all(&[result_any.clone(), d.rd_zero.clone()]),
+        (-1.0, 1.0),
+        &one,
+        &[(seq_s, 1.0)],
+    );
+    c.add_block(blk);
+    let seq = Expr::signal(seq_s) + m.sw_ram.clone() + not_taken.clone() + k.fence.clone() + k.sbsh_commit.clone();
+    let own_slot = value(&f.slot);
+    let next_slot = (0..8).fold(Expr::zero(), |e, v| {
+        e + f.slot[v].clone() * (if v == 7 { NEXT_ROW } else { v + 1 }) as f64
+    });
+    let t_head = bits_value(&x.target[12..16]);
+    let t_rhi = bits_value(&x.target[9..12]);
+    let t_rlo = bits_value(&x.target[5..9]);
+    let t_slot = bits_value(&x.target[2..5]);
+    // A store's w3 re-runs it at its own slot; a trap value's w3 runs nothing (slot 8).
+    let mut blk = c.block("wslot");
+    let wslot = blk.output("wslot", Range::new(0, 8));
+    add_gated(
+        &mut blk,
+        &m.sbsh_ram,
+        (0.0, 1.0),
+        &(own_slot.clone() - NEXT_ROW as f64),
+        &[(wslot, 1.0)],
+    );
+    c.add_block(blk);
+    let wslot = Expr::signal(wslot) + NEXT_ROW as f64;
+
+    // The latch.
+    let rows = c.target.rows_per_head;
+    let latch_mem = c.add_memory(
+        "latch",
+        1,
+        RowCode::Anchored {
+            anchor: LATCH_ANCHOR,
+            rows_per_read: 1,
+        },
+        "what a multi-token instruction still has to emit: value nibbles, up, slots, jump target, wslot (levels)",
+    );
+    let mut entries: Vec<(usize, Delayed)> = Vec::new();
+    for j in 0..8 {
+        entries.push((latch::VALUE + j, Delayed::now(value_n[j].clone())));
+    }
+    for (e, x) in [
+        (latch::UP, up_ones.clone()),
+        (latch::OWN_SLOT, own_slot.clone()),
+        (latch::NEXT_SLOT, next_slot.clone()),
+        (latch::T_HEAD, t_head),
+        (latch::T_RHI, t_rhi),
+        (latch::T_RLO, t_rlo),
+        (latch::T_SLOT, t_slot),
+        (latch::T_FAULT, target_nofetch.clone()),
+        (latch::WSLOT, wslot),
+    ] {
+        entries.push((e, Delayed::now(x)));
+    }
+    c.write(Write {
+        memory: latch_mem,
+        address: one_row(rows, 0, Delayed::now(one.clone())),
+        entries,
+        enable: f.first.clone(),
+    });
+    let latched = oh(&c.read(
+        "latch",
+        latch_mem,
+        one_row(rows, 0, Delayed::now(one.clone())),
+        None,
+        entry_outputs("e", 0..latch::COUNT)
+            .into_iter()
+            .map(|(n, _, e)| (n, Range::new(0, 15), e))
+            .collect(),
+    ));
+
+    // Kinds.
+    let (tk_h, tk_m, tk_lk, tk_w1, tk_w2, tk_t) = (
+        t.kind(kind::H),
+        t.kind(kind::M),
+        t.kind(kind::LK),
+        t.kind(kind::W1),
+        t.kind(kind::W2),
+        t.kind(kind::T),
+    );
+    let fault = latched[latch::T_FAULT].clone();
+    let traps = k.illegal.clone()
+        + k.ecall_user.clone()
+        + k.ebreak.clone()
+        + trap_address.clone()
+        + m.exit.clone()
+        + jump_misaligned.clone()
+        + jump_nofetch.clone();
+    let x_jump = jump_go.clone() + k.ecall_mc.clone() + k.mdiv.clone();
+    let choices = vec![
+        (fits12.clone() - d.rd_zero.clone(), kind::S),
+        (
+            up_zero.clone() + up_ones.clone() - fits12.clone() - d.rd_zero.clone(),
+            kind::M,
+        ),
+        (
+            result_any.clone() - up_zero.clone() - up_ones.clone() - d.rd_zero.clone(),
+            kind::H,
+        ),
+        (seq.clone() - f.wrap.clone(), kind::N),
+        (seq.clone() + f.wrap.clone() - f.runoff.clone() - 1.0, kind::X),
+        (x_jump.clone(), kind::X),
+        (jump_link.clone(), kind::LK),
+        (m.console.clone(), kind::O),
+        (m.sbsh_ram.clone(), kind::W1),
+        (traps.clone(), kind::T),
+        (all(&[seq.clone(), f.runoff.clone()]), kind::T),
+        (all(&[f.rebase.clone(), f.runoff.clone()]), kind::T),
+        (f.rebase.clone() - f.runoff.clone(), kind::X),
+        (tk_h.clone(), kind::M),
+        (tk_m.clone(), kind::L),
+        (tk_lk.clone() - fault.clone(), kind::X),
+        (all(&[tk_lk.clone(), fault.clone()]), kind::T),
+        (tk_w1.clone(), kind::W2),
+        (tk_w2.clone(), kind::W3),
+        (tk_t.clone(), kind::W1),
+    ];
+    let weight = crate::emit::output_kind_weight(&c.tokens);
+    c.output(Output::KindChoice { choices, weight });
+
+    // Fields.
+    let w = OUTPUT_UNIT;
+    let choose = |c: &mut Circuit, fl: usize, choices: Vec<(Expr, Expr)>| {
+        c.output(Output::FieldChoice {
+            field: fl,
+            choices,
+            weight: w,
+        })
+    };
+    let lat = |e: usize| latched[e].clone();
+    let first = f.first.clone();
+    for j in 0..3 {
+        choose(
+            c,
+            field::N[j],
+            vec![
+                (first.clone(), value_n[j].clone()),
+                (tk_m.clone() + tk_t.clone(), lat(latch::VALUE + j)),
+            ],
+        );
+    }
+    for j in 3..6 {
+        choose(c, field::N[j], vec![(tk_w1.clone(), lat(latch::VALUE + j))]);
+    }
+    for j in 6..8 {
+        choose(c, field::N[j], vec![(tk_w2.clone(), lat(latch::VALUE + j))]);
+    }
+    choose(
+        c,
+        field::SLOT,
+        vec![
+            (first.clone() + f.commit.clone(), next_slot.clone()),
+            (tk_m.clone(), lat(latch::NEXT_SLOT)),
+        ],
+    );
+    choose(
+        c,
+        field::M3,
+        vec![
+            (first.clone(), value_n[3].clone()),
+            (tk_h.clone(), lat(latch::VALUE + 3)),
+        ],
+    );
+    choose(
+        c,
+        field::M4,
+        vec![
+            (first.clone(), value_n[4].clone()),
+            (tk_h.clone(), lat(latch::VALUE + 4)),
+        ],
+    );
+    choose(
+        c,
+        field::MUP,
+        vec![
+            (first.clone(), up_ones.clone()),
+            (tk_h.clone(), Expr::constant(up::FROM_H as f64)),
+        ],
+    );
+    choose(
+        c,
+        field::MSLOT,
+        vec![(first.clone(), own_slot.clone()), (tk_h.clone(), lat(latch::OWN_SLOT))],
+    );
+    for (j, fl) in field::H.into_iter().enumerate() {
+        choose(c, fl, vec![(first.clone(), value_n[5 + j].clone())]);
+    }
+    choose(c, field::LKSLOT, vec![(first.clone(), own_slot.clone())]);
+    // x: sequential/rebase (next row, slot 0), jumps, millicode return and entry, lk passes.
+    let sequential = all(&[seq.clone(), f.wrap.clone()]) + f.rebase.clone();
+    let ret = |v: &[Expr]| value(v);
+    let x_fields: [(usize, Expr, Expr, Expr, Expr, Expr); 4] = [
+        (
+            field::HEAD,
+            value(&f.next_head),
+            bits_value(&x.target[12..16]),
+            ret(&d.ret_head),
+            Expr::constant(15.0),
+            lat(latch::T_HEAD),
+        ),
+        (
+            field::RHI,
+            value(&f.next_rhi),
+            bits_value(&x.target[9..12]),
+            ret(&d.ret_rhi),
+            Expr::zero(),
+            lat(latch::T_RHI),
+        ),
+        (
+            field::RLO,
+            value(&f.next_rlo),
+            bits_value(&x.target[5..9]),
+            ret(&d.ret_rlo),
+            Expr::zero(),
+            lat(latch::T_RLO),
+        ),
+        (
+            field::XSLOT,
+            Expr::zero(),
+            bits_value(&x.target[2..5]),
+            ret(&d.ret_slot),
+            d.funct3_low.clone(),
+            lat(latch::T_SLOT),
+        ),
+    ];
+    for (fl, seq_v, jump_v, ret_v, entry_v, lk_v) in x_fields {
+        choose(
+            c,
+            fl,
+            vec![
+                (sequential.clone(), seq_v),
+                (jump_go.clone(), jump_v),
+                (k.ecall_mc.clone(), ret_v),
+                (k.mdiv.clone(), entry_v),
+                (tk_lk.clone(), lk_v),
+            ],
+        );
+    }
+    let cause = |code: usize| Expr::constant(code as f64);
+    choose(
+        c,
+        field::CAUSE,
+        vec![
+            (jump_misaligned.clone(), cause(0)),
+            (jump_nofetch.clone() + tk_lk.clone(), cause(1)),
+            (all(&[seq.clone(), f.runoff.clone()]), cause(1)),
+            (all(&[f.rebase.clone(), f.runoff.clone()]), cause(1)),
+            (k.illegal.clone(), cause(2)),
+            (k.ebreak.clone(), cause(3)),
+            (m.load_misaligned.clone(), cause(4)),
+            (m.load_fault.clone(), cause(5)),
+            (m.store_misaligned.clone(), cause(6)),
+            (m.store_fault.clone(), cause(7)),
+            (k.ecall_user.clone(), cause(8)),
+            (m.exit.clone(), cause(CAUSE_EXIT)),
+        ],
+    );
+    choose(c, field::WSLOT, vec![(tk_w2.clone(), lat(latch::WSLOT))]);
+    let _ = rs2;
+}

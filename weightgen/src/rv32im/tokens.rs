@@ -1,0 +1,191 @@
+//! The RV32IM chip's token vocabulary.
+//!
+//! Every forward pass consumes one chip token and chooses the next. A token both
+//! finishes what the previous pass started (a register write, a store's data) and says
+//! which instruction to run next, so most instructions cost one pass. The kinds, and why
+//! each exists:
+//!
+//! | kind | fields | consumed, it … |
+//! |---|---|---|
+//! | `s` | n0 n1 n2, slot | writes rd ← the 12-bit value sign-extended; runs the instruction at `slot` |
+//! | `l` | n0 n1 n2, slot | writes rd ← a long value: these low 12 bits, the rest from the `m` (and `h`) before it; runs `slot` |
+//! | `m` | m3 m4, mup, mslot | carries bits 12..19 of a long value (mup: bits 20..31 all 0, all 1, or from the `h` before); re-decodes `mslot` for rd |
+//! | `h` | h5 h6 h7 | carries bits 20..31 of a long value |
+//! | `lk` | lkslot | writes rd ← pc + 4 of the jump at `lkslot` (the link) |
+//! | `x` | head rhi rlo, xslot | moves the pc to another ROM row and runs `xslot` there |
+//! | `n` | slot | runs `slot` (the previous instruction wrote no register) |
+//! | `o` | n0 n1, slot | is a console byte (the host prints it); runs `slot` |
+//! | `t` | cause | reports a trap (mcause) or the exit (cause 9); `w1 w2 w3` with its value follow |
+//! | `w1 w2 w3` | n0..n2 / n3..n5 / n6 n7 wslot | stage a 32-bit word (a byte or halfword store's merged word, a boot RAM word, a trap value); `w3` with a slot commits the store at `wslot` |
+//! | `bw` | bank head row | boot: writes the staged word to RAM |
+//! | `bp` | piece p0 p1 | boot: stages two nibbles of a ROM row |
+//! | `bc` | head rhi rlo | boot: commits the staged ROM row (eight instructions) |
+//!
+//! The pc is `ROM_BASE + 32·row + 4·slot`: the row lives in the chip's `pc_base` memory
+//! (written by `x`), the slot travels in every token that starts an instruction. Slot 8
+//! means "the next row, slot 0": the pass that consumes it only moves the pc (`x`).
+
+use inband_circuits::{ChipToken, FieldDef, KindDef, TokenSpec};
+
+/// Field indices (the order of [`spec`]'s fields).
+pub mod field {
+    pub const N: [usize; 8] = [0, 1, 2, 3, 4, 5, 6, 7];
+    pub const SLOT: usize = 8;
+    pub const M3: usize = 9;
+    pub const M4: usize = 10;
+    pub const MUP: usize = 11;
+    pub const MSLOT: usize = 12;
+    pub const H: [usize; 3] = [13, 14, 15];
+    pub const LKSLOT: usize = 16;
+    pub const HEAD: usize = 17;
+    pub const RHI: usize = 18;
+    pub const RLO: usize = 19;
+    pub const XSLOT: usize = 20;
+    pub const CAUSE: usize = 21;
+    pub const WSLOT: usize = 22;
+    pub const BBANK: usize = 23;
+    pub const BHEAD: usize = 24;
+    pub const BRHI: usize = 25;
+    pub const BRLO: usize = 26;
+    pub const PIECE: usize = 27;
+    pub const P0: usize = 28;
+    pub const P1: usize = 29;
+}
+
+/// Kind indices (the order of [`spec`]'s kinds).
+pub mod kind {
+    pub const S: usize = 0;
+    pub const L: usize = 1;
+    pub const M: usize = 2;
+    pub const H: usize = 3;
+    pub const LK: usize = 4;
+    pub const X: usize = 5;
+    pub const N: usize = 6;
+    pub const O: usize = 7;
+    pub const T: usize = 8;
+    pub const W1: usize = 9;
+    pub const W2: usize = 10;
+    pub const W3: usize = 11;
+    pub const BW: usize = 12;
+    pub const BP: usize = 13;
+    pub const BC: usize = 14;
+}
+
+/// `mup` values.
+pub mod up {
+    pub const ZERO: usize = 0;
+    pub const ONES: usize = 1;
+    pub const FROM_H: usize = 2;
+}
+
+/// Slot value meaning "the next ROM row, slot 0".
+pub const NEXT_ROW: usize = 8;
+
+/// The `t` cause reporting a normal exit (0..8 are mcause exception codes).
+pub const CAUSE_EXIT: usize = 9;
+
+/// ROM rows: 16 heads × 128 rows of 8 instructions (64 KiB; the last head is millicode).
+pub const ROM_ROWS: usize = 2048;
+/// Instructions per ROM row.
+pub const ROW_SLOTS: usize = 8;
+/// Pieces (two nibbles each) that stage one ROM row.
+pub const ROW_PIECES: usize = 32;
+/// RAM banks (one chip layer each) of 16 heads × 128 words.
+pub const RAM_BANKS: usize = 4;
+
+/// The chip's token vocabulary.
+pub fn spec() -> TokenSpec {
+    let f = |name: &str, size: usize| FieldDef {
+        name: name.into(),
+        size,
+    };
+    let mut fields: Vec<FieldDef> = (0..8).map(|i| f(&format!("n{i}"), 16)).collect();
+    fields.extend([
+        f("slot", 9),
+        f("m3", 16),
+        f("m4", 16),
+        f("mup", 3),
+        f("mslot", 8),
+        f("h5", 16),
+        f("h6", 16),
+        f("h7", 16),
+        f("lkslot", 8),
+        f("head", 16),
+        f("rhi", 8),
+        f("rlo", 16),
+        f("xslot", 8),
+        f("cause", 10),
+        f("wslot", 9),
+        f("bbank", RAM_BANKS),
+        f("bhead", 16),
+        f("brhi", 8),
+        f("brlo", 16),
+        f("piece", ROW_PIECES),
+        f("p0", 16),
+        f("p1", 16),
+    ]);
+    let k = |name: &str, fields: &[usize]| KindDef {
+        name: name.into(),
+        fields: fields.to_vec(),
+    };
+    use field::*;
+    let kinds = vec![
+        k("s", &[N[0], N[1], N[2], SLOT]),
+        k("l", &[N[0], N[1], N[2], SLOT]),
+        k("m", &[M3, M4, MUP, MSLOT]),
+        k("h", &[H[0], H[1], H[2]]),
+        k("lk", &[LKSLOT]),
+        k("x", &[HEAD, RHI, RLO, XSLOT]),
+        k("n", &[SLOT]),
+        k("o", &[N[0], N[1], SLOT]),
+        k("t", &[CAUSE]),
+        k("w1", &[N[0], N[1], N[2]]),
+        k("w2", &[N[3], N[4], N[5]]),
+        k("w3", &[N[6], N[7], WSLOT]),
+        k("bw", &[BBANK, BHEAD, BRHI, BRLO]),
+        k("bp", &[PIECE, P0, P1]),
+        k("bc", &[HEAD, RHI, RLO]),
+    ];
+    TokenSpec { fields, kinds }
+}
+
+/// A token of `kind` with `values` in the kind's field order.
+pub fn token(kind: usize, values: &[usize]) -> ChipToken {
+    ChipToken {
+        kind,
+        values: values.to_vec(),
+    }
+}
+
+/// A ROM row number split into the chip's (head, rhi, rlo) digits.
+pub fn row_digits(row: usize) -> [usize; 3] {
+    [row >> 7, (row >> 4) & 7, row & 15]
+}
+
+/// The ROM row number of (head, rhi, rlo) digits.
+pub fn row_of(head: usize, rhi: usize, rlo: usize) -> usize {
+    (head << 7) | (rhi << 4) | rlo
+}
+
+/// Nibble `i` of a word.
+pub fn nibble(word: u32, i: usize) -> usize {
+    ((word >> (4 * i)) & 15) as usize
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vocabulary_is_consistent() {
+        let s = spec();
+        assert_eq!(s.kinds[kind::BC].name, "bc");
+        assert_eq!(s.fields[field::P1].name, "p1");
+        assert_eq!(s.fields[field::BBANK].size, RAM_BANKS);
+        for r in [0, 1, 127, 128, 2047] {
+            let [h, a, b] = row_digits(r);
+            assert_eq!(row_of(h, a, b), r);
+        }
+        assert!(s.vocab_size() < 140_000, "{}", s.vocab_size());
+    }
+}

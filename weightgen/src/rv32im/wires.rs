@@ -1,0 +1,124 @@
+//! Small helpers for wiring the chip: token signals as expressions, one-hot codes,
+//! bit patterns, addresses.
+
+use inband_circuits::primitives::all;
+use inband_circuits::{Address, Circuit, Delayed, Expr, Range, ReadOutput, Signal};
+
+/// The chip token's kind and field signals as expressions.
+pub struct Tok {
+    kinds: Vec<Expr>,
+    fields: Vec<Vec<Expr>>,
+}
+
+impl Tok {
+    pub fn new(c: &Circuit) -> Self {
+        Self {
+            kinds: (0..c.tokens.kinds.len()).map(|k| Expr::signal(c.kind(k))).collect(),
+            fields: (0..c.tokens.fields.len()).map(|f| oh(c.field(f))).collect(),
+        }
+    }
+
+    /// 1 when the token is of `kind`.
+    pub fn kind(&self, kind: usize) -> Expr {
+        self.kinds[kind].clone()
+    }
+
+    /// Sum of several kinds (they are exclusive).
+    pub fn kinds(&self, kinds: &[usize]) -> Expr {
+        kinds.iter().fold(Expr::zero(), |e, k| e + self.kind(*k))
+    }
+
+    /// The one-hot signals of a field (all 0 when the token's kind lacks it).
+    pub fn field(&self, field: usize) -> &[Expr] {
+        &self.fields[field]
+    }
+
+    /// The integer value of a field (0 when absent).
+    pub fn value(&self, field: usize) -> Expr {
+        value(&self.fields[field])
+    }
+}
+
+/// Signals as expressions.
+pub fn oh(signals: &[Signal]) -> Vec<Expr> {
+    signals.iter().map(|s| Expr::signal(*s)).collect()
+}
+
+/// The value a one-hot vector selects.
+pub fn value(onehot: &[Expr]) -> Expr {
+    inband_circuits::primitives::encode(onehot)
+}
+
+/// The number spelled by 0/1 bits, least significant first.
+pub fn bits_value(bits: &[Expr]) -> Expr {
+    bits.iter()
+        .enumerate()
+        .fold(Expr::zero(), |e, (i, b)| e + b.clone() * (1u64 << i) as f64)
+}
+
+/// Nibble values of a 32-bit word given as bits.
+pub fn nibble_values(bits: &[Expr]) -> Vec<Expr> {
+    bits.chunks(4).map(bits_value).collect()
+}
+
+/// The terms saying `bits[lo..lo+n]` spell `value` (each term 1 when that bit matches).
+pub fn pattern(bits: &[Expr], lo: usize, n: usize, value: u64) -> Vec<Expr> {
+    (0..n)
+        .map(|i| {
+            if value >> i & 1 == 1 {
+                bits[lo + i].clone()
+            } else {
+                Expr::constant(1.0) - bits[lo + i].clone()
+            }
+        })
+        .collect()
+}
+
+/// AND of pattern terms and extra 0/1 terms.
+pub fn all_of(mut terms: Vec<Expr>, extra: &[Expr]) -> Expr {
+    terms.extend(extra.iter().cloned());
+    all(&terms)
+}
+
+/// An address of a one-head memory selecting row `r` when `select` is 1.
+pub fn one_row(rows: usize, r: usize, select: Delayed) -> Address {
+    Address::Rows(
+        (0..rows)
+            .map(|i| {
+                if i == r {
+                    select.clone()
+                } else {
+                    Delayed::now(Expr::zero())
+                }
+            })
+            .collect(),
+    )
+}
+
+/// Read outputs: one signal per listed entry (coefficient 1), named `prefix{i}`.
+pub fn entry_outputs(prefix: &str, entries: impl IntoIterator<Item = usize>) -> Vec<ReadOutput> {
+    entries
+        .into_iter()
+        .enumerate()
+        .map(|(i, e)| (format!("{prefix}{i}"), Range::BIT, vec![(e, 1.0)]))
+        .collect()
+}
+
+/// A one-hot vector of `n` entries whose entry 0 is implied (1 minus the others): the
+/// code of a memory row that may never have been written (it reads as value 0).
+pub fn with_implied_zero(rest: Vec<Expr>) -> Vec<Expr> {
+    let zero = rest.iter().fold(Expr::constant(1.0), |e, x| e - x.clone());
+    std::iter::once(zero).chain(rest).collect()
+}
+
+/// The bits (least significant first) of the value a one-hot vector of 16 selects.
+pub fn onehot_bits(onehot: &[Expr]) -> Vec<Expr> {
+    (0..4)
+        .map(|i| inband_circuits::primitives::onehot_bit(onehot, i))
+        .collect()
+}
+
+/// One-hot of a constant.
+pub fn onehot_constant(n: usize, v: usize) -> Vec<Expr> {
+    (0..n).map(|i| Expr::constant(if i == v { 1.0 } else { 0.0 })).collect()
+}
