@@ -161,10 +161,40 @@ static void emit_integer(struct sink *out, unsigned long long magnitude, int neg
     char digits[24];
     int count = 0;
     const char *alphabet = upper ? "0123456789ABCDEF" : "0123456789abcdef";
-    do {
-        digits[count++] = alphabet[magnitude % (unsigned)base];
-        magnitude /= (unsigned)base;
-    } while (magnitude);
+    if (base == 16) {
+        do {
+            digits[count++] = alphabet[magnitude & 15];
+            magnitude >>= 4;
+        } while (magnitude);
+    } else {
+        /* Decimal without division instructions (the chip runs those as a routine): a
+         * 64-bit value is brought below 10^9 by subtracting powers of ten; a 32-bit one
+         * divides by the constant 10, which compiles to a multiply. */
+        static const unsigned long long powers[11] = {
+            10000000000000000000ull, 1000000000000000000ull, 100000000000000000ull,
+            10000000000000000ull, 1000000000000000ull, 100000000000000ull,
+            10000000000000ull, 1000000000000ull, 100000000000ull, 10000000000ull,
+            1000000000ull};
+        char high[12];
+        int high_count = 0, fill = 0;
+        if (magnitude >> 32) {
+            for (int k = 0; k < 11; k++) {
+                int d = 0;
+                while (magnitude >= powers[k]) {
+                    magnitude -= powers[k];
+                    d++;
+                }
+                if (d || high_count) high[high_count++] = (char)('0' + d);
+            }
+            fill = 9;
+        }
+        unsigned low = (unsigned)magnitude;
+        do {
+            digits[count++] = (char)('0' + low % 10);
+            low /= 10;
+        } while (low || count < fill);
+        while (high_count) digits[count++] = high[--high_count];
+    }
     int prefix_len = (int)strlen(prefix) + (negative ? 1 : 0);
     int pad = width - count - prefix_len;
     if (!left && !zero_pad) emit_padding(out, ' ', pad);

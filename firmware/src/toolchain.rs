@@ -29,7 +29,15 @@ const FREESTANDING_FLAGS: &[&str] = &[
     "-nostartfiles",
 ];
 /// Page-aligned segments, so qemu-riscv32 maps the Linux-ABI build at the same addresses.
-const LINK_FLAGS: &[&str] = &["-Wl,-z,max-page-size=4096", "-Wl,--no-warn-rwx-segments"];
+/// Unused functions and data are dropped (`--gc-sections`): the chip boots every ROM row,
+/// so code size is boot time.
+const LINK_FLAGS: &[&str] = &[
+    "-ffunction-sections",
+    "-fdata-sections",
+    "-Wl,--gc-sections",
+    "-Wl,-z,max-page-size=4096",
+    "-Wl,--no-warn-rwx-segments",
+];
 
 /// Which platform layer a program is linked with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

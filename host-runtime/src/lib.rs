@@ -5,7 +5,9 @@
 //! into the chip layers and steps it, and the `inband` command line.
 //!
 //! - [`program`]: turning what the user names (C source or ELF) into a bootable image;
-//! - [`status`]: the process exit statuses `inband` uses, in one place.
+//! - [`status`]: the process exit statuses `inband` uses, in one place;
+//! - [`vm`]: VM mode: a program booted into the RV32IM chip layers and run there.
 
 pub mod program;
 pub mod status;
+pub mod vm;

@@ -8,7 +8,13 @@ use std::time::Instant;
 use clap::{Parser, Subcommand, ValueEnum};
 use inband_firmware::{Flavor, Toolchain};
 use inband_golden::{Environment, Machine, RunEnd};
-use inband_host_runtime::{program, status};
+use inband_host_runtime::{program, status, vm};
+use inband_qwen35::presets::Shape;
+use inband_weightgen::rv32im::host::{ChipEnd, ChipError};
+
+fn parse_shape(s: &str) -> Result<Shape, String> {
+    Shape::parse(s).ok_or_else(|| format!("unknown shape {s:?} (tiny, 0.8b, 2b, 4b, 9b)"))
+}
 
 #[derive(Parser)]
 #[command(
@@ -27,6 +33,8 @@ struct Cli {
 enum Engine {
     /// The golden reference interpreter (written from the ISA specification).
     Golden,
+    /// The RV32IM chip: Qwen3.5 decoder layers run by the project's layer math (CPU).
+    Chip,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -68,7 +76,9 @@ enum Command {
         With --stats the last line on stderr is\n  \
         stats: instructions=N forward_passes=M steps_per_s=S exit=E\n\
         where E is the program's exit code, or 'trap' or 'budget'.\n\n\
-        Example:\n  inband run --engine golden --stats firmware/examples/euler10.c")]
+        68  (--verify) the chip and the golden reference disagreed\n\n\
+        Examples:\n  inband run --engine golden --stats firmware/examples/euler10.c\n  \
+        inband run --engine chip --verify --stats firmware/examples/hello.c")]
     Run {
         /// The program: C/assembly source or RV32IM ELF.
         program: PathBuf,
@@ -81,6 +91,13 @@ enum Command {
         /// Stop with an error after this many retired instructions.
         #[arg(long, default_value_t = 4_000_000_000)]
         max_instructions: u64,
+        /// (chip) Check pc, registers and RAM against the golden reference after every
+        /// retired instruction; stop at the first difference with a readable diff.
+        #[arg(long)]
+        verify: bool,
+        /// (chip) The Qwen3.5 shape the chip layers are compiled for.
+        #[arg(long, default_value = "0.8b", value_parser = parse_shape)]
+        shape: Shape,
         /// Toolchain folder holding bin/riscv64-unknown-elf-gcc (default: $INBAND_TOOLCHAIN or PATH).
         #[arg(long)]
         toolchain: Option<PathBuf>,
@@ -130,9 +147,11 @@ fn main() -> ExitCode {
         }
         Command::Run {
             program,
-            engine: Engine::Golden,
+            engine,
             stats,
             max_instructions,
+            verify,
+            shape,
             toolchain,
         } => {
             let image = match program::load_program(&program, toolchain.as_deref()) {
@@ -142,7 +161,10 @@ fn main() -> ExitCode {
                     return ExitCode::from(status::BUILD_OR_LOAD_FAILED);
                 }
             };
-            run_golden(&image, stats, max_instructions)
+            match engine {
+                Engine::Golden => run_golden(&image, stats, max_instructions),
+                Engine::Chip => run_chip(&image, &shape.config(), stats, max_instructions, verify),
+            }
         }
     }
 }
@@ -186,6 +208,70 @@ fn run_golden(image: &inband_firmware::ProgramImage, stats: bool, budget: u64) -
         eprintln!(
             "stats: instructions={} forward_passes=0 steps_per_s={:.0} exit={}",
             machine.instret, rate, exit_text
+        );
+    }
+    code
+}
+
+fn run_chip(
+    image: &inband_firmware::ProgramImage,
+    base: &inband_qwen35::TextConfig,
+    stats: bool,
+    budget: u64,
+    verify: bool,
+) -> ExitCode {
+    let chip = match vm::build_chip(base) {
+        Ok(chip) => chip,
+        Err(e) => {
+            report_error(&e);
+            return ExitCode::from(status::BUILD_OR_LOAD_FAILED);
+        }
+    };
+    let mut stdout = std::io::stdout().lock();
+    let run = match vm::run(&chip, image, budget, verify, &mut stdout) {
+        Ok(run) => run,
+        Err(e @ (ChipError::Mismatch { .. } | ChipError::MismatchAt { .. })) => {
+            eprintln!("inband: {e}");
+            return ExitCode::from(status::VERIFY_MISMATCH);
+        }
+        Err(e) => {
+            report(e);
+            return ExitCode::from(status::BUILD_OR_LOAD_FAILED);
+        }
+    };
+    let (code, exit_text) = match run.end {
+        ChipEnd::Exited(code) => (ExitCode::from(status::from_program_exit(code)), code.to_string()),
+        ChipEnd::Trapped(trap) => {
+            report(trap);
+            (ExitCode::from(status::TRAPPED), "trap".to_string())
+        }
+        ChipEnd::BudgetExhausted { pc } => {
+            report(format!(
+                "instruction budget exhausted: {budget} instructions retired without exiting (next pc {pc:#010x}); \
+                 raise it with --max-instructions"
+            ));
+            (ExitCode::from(status::BUDGET_EXHAUSTED), "budget".to_string())
+        }
+    };
+    if stats {
+        let c = run.counts;
+        eprintln!(
+            "boot: {} forward passes in {:.1} s; run: {:.3} forward passes per instruction{}",
+            c.boot_passes,
+            run.boot_seconds,
+            c.passes as f64 / c.retired.max(1) as f64,
+            if verify {
+                ", every instruction verified against golden"
+            } else {
+                ""
+            }
+        );
+        eprintln!(
+            "stats: instructions={} forward_passes={} steps_per_s={:.0} exit={}",
+            c.retired,
+            c.passes,
+            c.passes as f64 / run.run_seconds.max(1e-9),
+            exit_text
         );
     }
     code

@@ -148,7 +148,13 @@ fn refusals_leave_nothing_behind() {
         let p = entry.unwrap().path();
         std::fs::copy(&p, cut.join(p.file_name().unwrap())).unwrap();
     }
-    let shard = cut.join("model-00002-of-00004.safetensors");
+    let mut shards: Vec<_> = std::fs::read_dir(&cut)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(".safetensors") && p.to_string_lossy().contains("-of-"))
+        .collect();
+    shards.sort();
+    let shard = shards[shards.len() / 2].clone();
     let bytes = std::fs::read(&shard).unwrap();
     std::fs::write(&shard, &bytes[..bytes.len() - 1000]).unwrap();
     expect_refusal(

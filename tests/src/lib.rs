@@ -6,6 +6,7 @@
 //! chips for testing circuit primitives through the layer math.
 
 pub mod function_chip;
+pub mod fuzz;
 
 use std::path::{Path, PathBuf};
 

@@ -380,7 +380,7 @@ fn bit_adder_is_exact() {
     };
     for a in 0..256u32 {
         for b in 0..256u32 {
-            check(a | 0xffff_ff00 * (a & 1), b, (a + b) & 1);
+            check(a | (0xffff_ff00 * (a & 1)), b, (a + b) & 1);
         }
     }
     let mut rng = StdRng::seed_from_u64(15);

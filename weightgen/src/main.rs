@@ -61,7 +61,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     bar.enable_steady_tick(std::time::Duration::from_millis(120));
     bar.set_message("building the circuit");
     let circuit = match cli.chip {
-        ChipName::Rv32im => rv32im::circuit(target_of(&base)).0,
+        ChipName::Rv32im => rv32im::circuit(target_of(&base))?.0,
         ChipName::Acc8 => toy::circuit(target_of(&base)),
     };
     bar.set_message("scheduling and emitting layers");

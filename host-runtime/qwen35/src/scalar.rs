@@ -2,16 +2,35 @@
 //! implementation writes them (the sparse path uses these directly; the dense path
 //! composes candle ops with the same formulas).
 
-/// `x / (1 + exp(-x))`: exactly x for x >= ~17, exactly -0 once exp(-x) overflows (x <= ~-89).
+/// Beyond these the formulas below are constant in their exp term: exp(-x) is under half
+/// an ulp of 1 for x >= 17 (so 1 + exp(-x) == 1) and overflows to +inf for x <= -89.
+/// Skipping the exp there returns exactly what the formula returns, and most of a chip's
+/// pre-activations sit out there.
+const SATURATED_HIGH: f32 = 17.0;
+const SATURATED_LOW: f32 = -89.0;
+
+/// `x / (1 + exp(-x))`: exactly x for x >= 17, exactly -0 once exp(-x) overflows (x <= -89).
 #[inline]
 pub fn silu(x: f32) -> f32 {
-    x / (1.0 + (-x).exp())
+    if x >= SATURATED_HIGH {
+        x
+    } else if x <= SATURATED_LOW {
+        x / f32::INFINITY
+    } else {
+        x / (1.0 + (-x).exp())
+    }
 }
 
-/// `1 / (1 + exp(-x))`: exactly 1 for x >= ~17, exactly 0 for x <= ~-89.
+/// `1 / (1 + exp(-x))`: exactly 1 for x >= 17, exactly 0 for x <= -89.
 #[inline]
 pub fn sigmoid(x: f32) -> f32 {
-    1.0 / (1.0 + (-x).exp())
+    if x >= SATURATED_HIGH {
+        1.0
+    } else if x <= SATURATED_LOW {
+        0.0
+    } else {
+        1.0 / (1.0 + (-x).exp())
+    }
 }
 
 /// torch's softplus (beta 1, threshold 20): x above 20, else log1p(exp(x)).

@@ -227,7 +227,10 @@ impl SparseLayer {
         // Input norm and the q/k/v projection (raw, before the conv).
         self.rms_norm(hidden, &self.input_gain, &mut scratch.xn);
         let xn = &scratch.xn;
-        self.qkv.matvec(xn, &mut scratch.mixed, order);
+        // Only channels with a conv tap are ever read (from this token or the cached ones).
+        for &ch in &self.live_channels {
+            scratch.mixed[ch] = self.qkv.row_dot(ch, xn, order);
+        }
 
         // Causal depthwise conv over [K-1 cached raw inputs, this input], then SiLU.
         scratch.y.fill(0.0);
@@ -265,8 +268,18 @@ impl SparseLayer {
             }
         }
 
-        // The delta rule and the read, per value head.
+        // The delta rule and the read, per value head. Keys and queries are mostly zero:
+        // only their nonzero slots enter the sums, in ascending order, as in the dense sums
+        // (adding an exact zero changes nothing).
+        let nonzero = |v: &[f32]| -> Vec<(usize, f32)> {
+            v.iter()
+                .enumerate()
+                .filter(|(_, x)| **x != 0.0)
+                .map(|(i, x)| (i, *x))
+                .collect()
+        };
         scratch.head_out.fill(0.0);
+        let mut delta = vec![0.0f32; dv];
         for head in 0..hv {
             let key_head = head / group;
             let beta = sigmoid(self.b.row_dot(head, xn, order));
@@ -277,38 +290,32 @@ impl SparseLayer {
                     *v *= decay;
                 }
             }
-            let key = &k_all[key_head * dk..(key_head + 1) * dk];
             if beta != 0.0 {
+                let key = nonzero(&k_all[key_head * dk..(key_head + 1) * dk]);
                 let value = &v_all[head * dv..(head + 1) * dv];
-                let mut delta = vec![0.0f32; dv];
                 for (e, d) in delta.iter_mut().enumerate() {
                     let mut mem = 0.0f32;
-                    for (row, kv) in key.iter().enumerate() {
-                        if *kv != 0.0 {
-                            mem += s[row * dv + e] * kv;
-                        }
+                    for (row, kv) in &key {
+                        mem += s[row * dv + e] * kv;
                     }
                     *d = (value[e] - mem) * beta;
                 }
-                for (row, kv) in key.iter().enumerate() {
-                    if *kv != 0.0 {
-                        for (e, d) in delta.iter().enumerate() {
-                            s[row * dv + e] += kv * d;
-                        }
+                for (row, kv) in &key {
+                    let r = &mut s[row * dv..(row + 1) * dv];
+                    for (x, d) in r.iter_mut().zip(&delta) {
+                        *x += kv * d;
                     }
                 }
             }
             if !q_live[key_head] {
                 continue;
             }
-            let q = &q_all[key_head * dk..(key_head + 1) * dk];
+            let q = nonzero(&q_all[key_head * dk..(key_head + 1) * dk]);
             let out = &mut scratch.head_out[head * dv..(head + 1) * dv];
             for (e, o) in out.iter_mut().enumerate() {
                 let mut acc = 0.0f32;
-                for (row, qv) in q.iter().enumerate() {
-                    if *qv != 0.0 {
-                        acc += s[row * dv + e] * qv;
-                    }
+                for (row, qv) in &q {
+                    acc += s[row * dv + e] * qv;
                 }
                 *o = acc;
             }

@@ -214,8 +214,15 @@ pub fn build(c: &mut Circuit, f: &Front) -> Decoded {
         .map(|f3| class(&format!("load{f3}"), terms(bits, op3(0b0000011, f3)), &at_first));
     let store =
         [0b000, 0b001, 0b010].map(|f3| class(&format!("store{f3}"), terms(bits, op3(0b0100011, f3)), &at_first));
-    let sbsh_commit = class("sb.commit", terms(bits, op3(0b0100011, 0)), &[f.commit.clone()])
-        + class("sh.commit", terms(bits, op3(0b0100011, 1)), &[f.commit.clone()]);
+    let sbsh_commit = class(
+        "sb.commit",
+        terms(bits, op3(0b0100011, 0)),
+        std::slice::from_ref(&f.commit),
+    ) + class(
+        "sh.commit",
+        terms(bits, op3(0b0100011, 1)),
+        std::slice::from_ref(&f.commit),
+    );
     let imm_op = |f3| terms(bits, op3(0b0010011, f3));
     let addi = class("addi", imm_op(0b000), &at_first);
     let slti = class("slti", imm_op(0b010), &at_first);
@@ -350,9 +357,9 @@ pub fn build(c: &mut Circuit, f: &Front) -> Decoded {
     let mut register = |name: &str, is: &dyn Fn(usize) -> Vec<Expr>, windows: &[(usize, &[Expr])]| -> RegDigits {
         let mut rows: Vec<Expr> = vec![Expr::zero(); 64];
         for r in 0..32 {
-            rows[r] = rows[r].clone() + neuron(format!("{name}.u{r}"), all_of(is(r), &[user.clone()]));
+            rows[r] = rows[r].clone() + neuron(format!("{name}.u{r}"), all_of(is(r), std::slice::from_ref(&user)));
             if windows.iter().all(|(w, _)| *w != r) {
-                rows[32 + r] = neuron(format!("{name}.s{r}"), all_of(is(r), &[f.mode.clone()]));
+                rows[32 + r] = neuron(format!("{name}.s{r}"), all_of(is(r), std::slice::from_ref(&f.mode)));
             }
             for (w, ctx) in windows {
                 let routed = all_of(is(*w), &[f.mode.clone(), ctx[r].clone()]);

@@ -221,7 +221,7 @@ pub fn build(c: &mut Circuit, t: &Tok) -> Front {
             .map(|r| Delayed::now(Expr::constant(if r < ROW_PIECES { 1.0 } else { 0.0 })))
             .collect(),
     );
-    let levels: Vec<(String, Range, Vec<(usize, f64)>)> = (0..2 * ROW_PIECES)
+    let levels: Vec<inband_circuits::ReadOutput> = (0..2 * ROW_PIECES)
         .map(|e| (format!("L{e}"), Range::NIBBLE, vec![(e, 1.0)]))
         .collect();
     let bc = t.kind(kind::BC);

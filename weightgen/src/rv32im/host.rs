@@ -25,13 +25,21 @@ pub struct Rv32Chip {
 
 impl Rv32Chip {
     /// Builds and compiles the chip for a base model config.
-    pub fn build(base: &TextConfig) -> Result<Self, CompileError> {
-        let (c, map) = circuit(target_of(base));
+    pub fn build(base: &TextConfig) -> Result<Self, BuildChipError> {
+        let (c, map) = circuit(target_of(base))?;
         Ok(Self {
             chip: compile(&c, base)?,
             map,
         })
     }
+}
+
+#[derive(Debug, Error)]
+pub enum BuildChipError {
+    #[error(transparent)]
+    Unfit(#[from] super::Unfit),
+    #[error(transparent)]
+    Compile(#[from] CompileError),
 }
 
 #[derive(Debug, Error)]
@@ -108,7 +116,7 @@ pub fn boot_tokens(image: &ProgramImage) -> Result<Vec<ChipToken>, ChipError> {
         out.push(token(kind::BW, &[i >> 11, (i >> 7) & 15, (i >> 4) & 7, i & 15]));
     }
     let entry = image.entry;
-    if entry < ROM_BASE || entry >= millicode::BASE || entry % 4 != 0 {
+    if !(ROM_BASE..millicode::BASE).contains(&entry) || !entry.is_multiple_of(4) {
         return Err(ChipError::Entry(entry));
     }
     let (row, slot) = (
@@ -223,14 +231,18 @@ impl<'a> ChipMachine<'a> {
             let user_start = start.filter(|_| new_row < MILLICODE_ROW);
             let mut retiring = false;
             let retired_pc = self.in_flight.unwrap_or(0);
-            if let (Some(slot), Some(_)) = (user_start, self.in_flight) {
-                retiring = true;
-                if let Some(g) = golden.as_deref_mut() {
-                    self.golden_step(g)?;
-                    self.check_memory(g)?;
+            if let Some(slot) = user_start {
+                // The instruction in flight has finished: it retires as this token starts the next.
+                if self.in_flight.is_some() {
+                    retiring = true;
+                    if let Some(g) = golden.as_deref_mut() {
+                        self.golden_step(g)?;
+                        self.check_memory(g)?;
+                    }
+                    self.counts.retired += 1;
                 }
-                self.counts.retired += 1;
                 if self.counts.retired >= limit {
+                    self.in_flight = None;
                     return Ok(ChipEnd::BudgetExhausted {
                         pc: Self::pc_of(new_row, slot),
                     });

@@ -233,11 +233,11 @@ pub fn build(
         -20.0,
     );
     let sbsh_ram = flag("store.ram.h", all_of(region.clone(), &[sh.clone(), not(&a0)]), -20.0)
-        + flag("store.ram.b", all_of(region, &[sb.clone()]), -20.0);
+        + flag("store.ram.b", all_of(region, std::slice::from_ref(&sb)), -20.0);
     let console_addr = pattern(address, 0, 32, inband_firmware::memory_map::MMIO_CONSOLE_TX as u64);
     let exit_addr = pattern(address, 0, 32, inband_firmware::memory_map::MMIO_EXIT as u64);
-    let console = flag("store.console", all_of(console_addr, &[sb.clone()]), -33.0);
-    let exit = flag("store.exit", all_of(exit_addr, &[sw.clone()]), -33.0);
+    let console = flag("store.console", all_of(console_addr, std::slice::from_ref(&sb)), -33.0);
+    let exit = flag("store.exit", all_of(exit_addr, std::slice::from_ref(&sw)), -33.0);
     c.add_block(blk);
     let load_fault = load_any - load_ok.clone() - load_misaligned.clone();
     let store_fault =
@@ -249,7 +249,7 @@ pub fn build(
     let res: Vec<_> = (0..8).map(|j| blk.output(format!("n{j}"), Range::NIBBLE)).collect();
     let bytes = lb.clone() + lbu.clone();
     for l in 0..4u64 {
-        let sel = all_of(lane(l), &[bytes.clone()]);
+        let sel = all_of(lane(l), std::slice::from_ref(&bytes));
         for j in 0..2 {
             add_gated(
                 &mut blk,
@@ -259,7 +259,7 @@ pub fn build(
                 &[(res[j], 1.0)],
             );
         }
-        let fill = all_of(lane(l), &[lb.clone()]);
+        let fill = all_of(lane(l), std::slice::from_ref(&lb));
         let sign = top_bit(2 * l as usize + 1) * 15.0;
         let outs: Vec<_> = (2..8).map(|j| (res[j], 1.0)).collect();
         add_gated(&mut blk, &fill, (-2.0, 1.0), &sign, &outs);
@@ -283,7 +283,7 @@ pub fn build(
         .map(|j| blk.output(format!("merge{j}"), Range::new(-15, 15)))
         .collect();
     for (j, d) in merged_d.iter().enumerate() {
-        let byte_lane = all_of(lane((j / 2) as u64), &[sb.clone()]);
+        let byte_lane = all_of(lane((j / 2) as u64), std::slice::from_ref(&sb));
         add_gated(
             &mut blk,
             &byte_lane,

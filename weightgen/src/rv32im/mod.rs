@@ -11,6 +11,10 @@
 //!
 //! [`tokens`] documents the token format; [`host`] boots programs and runs them.
 
+// Circuit wiring indexes nibbles, digits and bits by position; loops over index ranges
+// say that most plainly.
+#![allow(clippy::needless_range_loop)]
+
 pub mod alu;
 pub mod decode;
 pub mod front;
@@ -33,13 +37,24 @@ pub struct StateMap {
     pub ram: Vec<usize>,
 }
 
-/// Builds the chip for `target` (16 GDN heads of 128 × 128, as every Qwen3.5 size has).
-pub fn circuit(target: Target) -> (Circuit, StateMap) {
-    assert_eq!(
-        (target.key_heads, target.rows_per_head, target.entries_per_value_head),
-        (16, 128, 128),
-        "the RV32IM chip needs 16 GDN key heads of dimension 128"
-    );
+/// Why the chip does not fit a base model.
+#[derive(Debug, thiserror::Error)]
+#[error("the RV32IM chip needs 16 GDN key heads of dimension 128 per layer (every Qwen3.5 size has them); this model has {key_heads} of dimension {rows}×{entries}")]
+pub struct Unfit {
+    pub key_heads: usize,
+    pub rows: usize,
+    pub entries: usize,
+}
+
+/// Builds the chip for `target`.
+pub fn circuit(target: Target) -> Result<(Circuit, StateMap), Unfit> {
+    if (target.key_heads, target.rows_per_head, target.entries_per_value_head) != (16, 128, 128) {
+        return Err(Unfit {
+            key_heads: target.key_heads,
+            rows: target.rows_per_head,
+            entries: target.entries_per_value_head,
+        });
+    }
     let mut c = Circuit::new("rv32im", target, tokens::spec());
     let t = wires::Tok::new(&c);
     let f = front::build(&mut c, &t);
@@ -48,5 +63,5 @@ pub fn circuit(target: Target) -> (Circuit, StateMap) {
     let x = alu::build(&mut c, &f, &d, &rs1, &rs2);
     let m = mem::build(&mut c, &t, &f, &d.class, &rs1, &rs2, &d.imm, &x.address);
     retire::build(&mut c, &t, &f, &d, &rs2, &x, &m);
-    (c, StateMap { regs, ram: m.banks })
+    Ok((c, StateMap { regs, ram: m.banks }))
 }

@@ -1,0 +1,63 @@
+//! VM mode: boot a program into the RV32IM chip layers and let the layer math run it,
+//! streaming its console output, optionally in lockstep with the golden reference.
+
+use std::io::Write;
+use std::time::Instant;
+
+use inband_firmware::ProgramImage;
+use inband_golden::{Environment, Machine};
+use inband_qwen35::TextConfig;
+use inband_weightgen::rv32im::host::{ChipEnd, ChipError, ChipMachine, RunCounts, Rv32Chip};
+use inband_weightgen::MathPath;
+
+/// What a VM run reports.
+pub struct VmRun {
+    pub end: ChipEnd,
+    pub counts: RunCounts,
+    /// Seconds spent after boot.
+    pub run_seconds: f64,
+    pub boot_seconds: f64,
+}
+
+/// Instructions between console flushes.
+const CHUNK: u64 = 1 << 14;
+
+/// Compiles the chip for `base` (the CPU engine's own copy of the chip layers).
+pub fn build_chip(base: &TextConfig) -> anyhow::Result<Rv32Chip> {
+    Ok(Rv32Chip::build(base)?)
+}
+
+/// Boots `image` in `chip` and runs it for at most `budget` retired instructions,
+/// writing console bytes to `out` as they appear. With `verify`, every retired
+/// instruction is checked against the golden reference.
+pub fn run(
+    chip: &Rv32Chip,
+    image: &ProgramImage,
+    budget: u64,
+    verify: bool,
+    out: &mut dyn Write,
+) -> Result<VmRun, ChipError> {
+    let start = Instant::now();
+    let mut machine = ChipMachine::boot(chip, image, MathPath::Sparse(Default::default()))?;
+    let boot_seconds = start.elapsed().as_secs_f64();
+    let mut golden = verify.then(|| Machine::new(image, Environment::BareMetal));
+    let start = Instant::now();
+    let mut printed = 0;
+    let end = loop {
+        let remaining = budget - machine.counts.retired;
+        let result = machine.run(remaining.min(CHUNK), golden.as_mut());
+        let _ = out.write_all(&machine.console[printed..]);
+        let _ = out.flush();
+        printed = machine.console.len();
+        match result? {
+            ChipEnd::BudgetExhausted { .. } if machine.counts.retired < budget => continue,
+            end => break end,
+        }
+    };
+    Ok(VmRun {
+        end,
+        counts: machine.counts,
+        run_seconds: start.elapsed().as_secs_f64(),
+        boot_seconds,
+    })
+}

@@ -1,0 +1,203 @@
+//! The RV32IM chip against the golden reference: every ISA test and example program,
+//! the trap programs, and random instruction streams, each checked after every retired
+//! instruction (pc, x0..x31, console; RAM after stores), on the sparse path of the
+//! project's layer math with the chip compiled for the 0.8b shape.
+
+use std::path::Path;
+use std::sync::OnceLock;
+
+use inband_firmware::{load_elf, Flavor, ProgramImage};
+use inband_golden::{Environment, Machine, RunEnd};
+use inband_qwen35::presets::Shape;
+use inband_tests::{build, corpus, fuzz, program_name};
+use inband_weightgen::rv32im::host::{ChipEnd, ChipMachine, RunCounts, Rv32Chip};
+use inband_weightgen::MathPath;
+
+fn chip() -> &'static Rv32Chip {
+    static CHIP: OnceLock<Rv32Chip> = OnceLock::new();
+    CHIP.get_or_init(|| Rv32Chip::build(&Shape::Qwen0_8b.config()).expect("the chip compiles"))
+}
+
+fn image_of(source: &Path) -> ProgramImage {
+    let dir = tempfile::tempdir().unwrap();
+    let elf = build(source, Flavor::BareMetal, dir.path());
+    load_elf(&std::fs::read(elf).unwrap()).unwrap()
+}
+
+/// Runs `image` on the chip in lockstep with golden; returns how it ended and the counts.
+fn lockstep(name: &str, image: &ProgramImage, budget: u64) -> (ChipEnd, RunCounts, Vec<u8>) {
+    let mut golden = Machine::new(image, Environment::BareMetal);
+    let mut machine = ChipMachine::boot(chip(), image, MathPath::Sparse(Default::default())).unwrap();
+    let end = machine
+        .run(budget, Some(&mut golden))
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    (end, machine.counts, machine.console.clone())
+}
+
+/// The golden outcome of a whole run.
+fn golden_end(image: &ProgramImage, budget: u64) -> (RunEnd, Vec<u8>) {
+    let mut g = Machine::new(image, Environment::BareMetal);
+    let end = g.run(budget);
+    (end, g.console)
+}
+
+fn program(name: &str) -> std::path::PathBuf {
+    corpus()
+        .into_iter()
+        .find(|p| program_name(p) == name)
+        .unwrap_or_else(|| panic!("no program {name}"))
+}
+
+/// A whole program: same end, same console, every step checked; returns passes/instruction.
+fn whole(name: &str) -> f64 {
+    let image = image_of(&program(name));
+    let (want, console) = golden_end(&image, u64::MAX);
+    let (end, counts, chip_console) = lockstep(name, &image, u64::MAX);
+    let RunEnd::Exited(code) = want else {
+        panic!("{name}: golden did not exit: {want:?}")
+    };
+    assert_eq!(end, ChipEnd::Exited(code), "{name}");
+    assert_eq!(chip_console, console, "{name}");
+    let ratio = counts.passes as f64 / counts.retired as f64;
+    eprintln!(
+        "{name}: {} instructions, {} forward passes ({ratio:.3} per instruction), boot {} passes",
+        counts.retired, counts.passes, counts.boot_passes
+    );
+    ratio
+}
+
+#[test]
+fn isa_alu_imm() {
+    whole("isa/alu_imm");
+}
+
+#[test]
+fn isa_alu_rr() {
+    whole("isa/alu_rr");
+}
+
+#[test]
+fn isa_branch() {
+    whole("isa/branch");
+}
+
+#[test]
+fn isa_jump() {
+    whole("isa/jump");
+}
+
+#[test]
+fn isa_memory() {
+    whole("isa/memory");
+}
+
+#[test]
+fn isa_upper() {
+    whole("isa/upper");
+}
+
+#[test]
+fn isa_muldiv() {
+    whole("isa/muldiv");
+}
+
+#[test]
+fn hello() {
+    assert!(whole("hello") <= 2.0);
+}
+
+#[test]
+fn strings() {
+    assert!(whole("strings") <= 2.0);
+}
+
+#[test]
+fn sort() {
+    assert!(whole("sort") <= 2.0);
+}
+
+#[test]
+fn structures() {
+    assert!(whole("structures") <= 2.0);
+}
+
+/// 14.5k instructions, about 400 of them divisions (each a millicode routine): the one
+/// example above 2 forward passes per instruction.
+#[test]
+fn int64() {
+    whole("int64");
+}
+
+#[test]
+#[ignore = "745k instructions: about 20 minutes on the CPU path"]
+fn fib() {
+    assert!(whole("fib") <= 2.0);
+}
+
+#[test]
+#[ignore = "20M instructions: hours on the CPU path (run it on the GPU)"]
+fn euler10() {
+    assert!(whole("euler10") <= 2.0);
+}
+
+/// Traps end the same way on both engines (checked with their pc, cause and value).
+#[test]
+fn traps_match_golden() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("programs");
+    let sources = inband_firmware::sources_in(&dir, &["c", "S"]).unwrap();
+    assert!(!sources.is_empty());
+    for source in sources {
+        let name = source.file_name().unwrap().to_string_lossy().to_string();
+        if name == "compile_error.c" {
+            continue;
+        }
+        let image = image_of(&source);
+        let budget = 20_000;
+        let (want, _) = golden_end(&image, budget);
+        let (end, _, _) = lockstep(&name, &image, budget);
+        let expected = match want {
+            RunEnd::Exited(c) => ChipEnd::Exited(c),
+            RunEnd::Trapped(t) => ChipEnd::Trapped(t),
+            RunEnd::BudgetExhausted { pc } => ChipEnd::BudgetExhausted { pc },
+        };
+        assert_eq!(end, expected, "{name}");
+    }
+}
+
+fn fuzz_run(seed: u64, body: usize, iterations: u32, divisions: bool) -> u64 {
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join(format!("fuzz{seed}.S"));
+    std::fs::write(&source, fuzz::program(seed, body, iterations, divisions)).unwrap();
+    let image = image_of(&source);
+    let (want, _) = golden_end(&image, u64::MAX);
+    let (end, counts, _) = lockstep(&format!("fuzz seed {seed}"), &image, u64::MAX);
+    let RunEnd::Exited(code) = want else {
+        panic!("seed {seed}: golden did not exit: {want:?}")
+    };
+    assert_eq!(end, ChipEnd::Exited(code), "seed {seed}");
+    counts.retired
+}
+
+/// Random instruction streams: about 60k instructions in CI.
+#[test]
+fn fuzz_random_streams() {
+    let mut total = 0;
+    for seed in 0..3 {
+        total += fuzz_run(seed, 400, 50, seed == 0);
+    }
+    eprintln!("fuzz: {total} instructions agreed");
+    assert!(total >= 50_000);
+}
+
+/// The 1,000,000-instruction run.
+#[test]
+#[ignore = "about 25 minutes on the CPU path"]
+fn fuzz_one_million() {
+    let mut total = 0;
+    let mut seed = 100;
+    while total < 1_000_000 {
+        total += fuzz_run(seed, 500, 400, seed % 4 == 0);
+        seed += 1;
+    }
+    eprintln!("fuzz: {total} instructions agreed");
+}
