@@ -6,8 +6,13 @@
 //!
 //! - [`program`]: turning what the user names (C source or ELF) into a bootable image;
 //! - [`status`]: the process exit statuses `inband` uses, in one place;
-//! - [`vm`]: VM mode: a program booted into the RV32IM chip layers and run there.
+//! - [`vm`]: VM mode: a program booted into the RV32IM chip layers and run there;
+//! - [`spliced`]: a spliced checkpoint opened for VM mode;
+//! - `gpu` (feature `cuda`): the chip layers as one CUDA kernel.
 
+#[cfg(feature = "cuda")]
+pub mod gpu;
 pub mod program;
+pub mod spliced;
 pub mod status;
 pub mod vm;

@@ -12,6 +12,18 @@ use inband_host_runtime::{program, status, vm};
 use inband_qwen35::presets::Shape;
 use inband_weightgen::rv32im::host::{ChipEnd, ChipError};
 
+fn parse_device(s: &str) -> Result<vm::Device, String> {
+    match s {
+        "cpu" => Ok(vm::Device::Cpu),
+        "cuda" => Ok(vm::Device::Cuda(0)),
+        _ => s
+            .strip_prefix("cuda:")
+            .and_then(|n| n.parse().ok())
+            .map(vm::Device::Cuda)
+            .ok_or_else(|| format!("unknown device {s:?} (cpu, cuda, cuda:N)")),
+    }
+}
+
 fn parse_shape(s: &str) -> Result<Shape, String> {
     Shape::parse(s).ok_or_else(|| format!("unknown shape {s:?} (tiny, 0.8b, 2b, 4b, 9b)"))
 }
@@ -95,9 +107,15 @@ enum Command {
         /// retired instruction; stop at the first difference with a readable diff.
         #[arg(long)]
         verify: bool,
-        /// (chip) The Qwen3.5 shape the chip layers are compiled for.
+        /// (chip) The Qwen3.5 shape the chip layers are compiled for (without --model).
         #[arg(long, default_value = "0.8b", value_parser = parse_shape)]
         shape: Shape,
+        /// (chip) Run the chip layers of this spliced checkpoint (made by `weight-surgery splice`).
+        #[arg(long)]
+        model: Option<PathBuf>,
+        /// (chip) Where the chip layers run: cpu, or cuda[:N] (needs a CUDA build).
+        #[arg(long, default_value = "cpu", value_parser = parse_device)]
+        device: vm::Device,
         /// Toolchain folder holding bin/riscv64-unknown-elf-gcc (default: $INBAND_TOOLCHAIN or PATH).
         #[arg(long)]
         toolchain: Option<PathBuf>,
@@ -152,6 +170,8 @@ fn main() -> ExitCode {
             max_instructions,
             verify,
             shape,
+            model,
+            device,
             toolchain,
         } => {
             let image = match program::load_program(&program, toolchain.as_deref()) {
@@ -163,7 +183,13 @@ fn main() -> ExitCode {
             };
             match engine {
                 Engine::Golden => run_golden(&image, stats, max_instructions),
-                Engine::Chip => run_chip(&image, &shape.config(), stats, max_instructions, verify),
+                Engine::Chip => {
+                    let source = match &model {
+                        Some(dir) => ChipSource::Checkpoint(dir.clone()),
+                        None => ChipSource::Shape(shape),
+                    };
+                    run_chip(&image, &source, device, stats, max_instructions, verify)
+                }
             }
         }
     }
@@ -213,14 +239,27 @@ fn run_golden(image: &inband_firmware::ProgramImage, stats: bool, budget: u64) -
     code
 }
 
+/// Where the chip layers come from.
+enum ChipSource {
+    /// Compiled here for a shape.
+    Shape(Shape),
+    /// Read from a spliced checkpoint.
+    Checkpoint(PathBuf),
+}
+
 fn run_chip(
     image: &inband_firmware::ProgramImage,
-    base: &inband_qwen35::TextConfig,
+    source: &ChipSource,
+    device: vm::Device,
     stats: bool,
     budget: u64,
     verify: bool,
 ) -> ExitCode {
-    let chip = match vm::build_chip(base) {
+    let chip = match source {
+        ChipSource::Shape(shape) => vm::build_chip(&shape.config()),
+        ChipSource::Checkpoint(dir) => inband_host_runtime::spliced::SplicedModel::open(dir).and_then(|m| m.chip()),
+    };
+    let chip = match chip {
         Ok(chip) => chip,
         Err(e) => {
             report_error(&e);
@@ -228,7 +267,7 @@ fn run_chip(
         }
     };
     let mut stdout = std::io::stdout().lock();
-    let run = match vm::run(&chip, image, budget, verify, &mut stdout) {
+    let run = match vm::run(&chip, device, image, budget, verify, &mut stdout) {
         Ok(run) => run,
         Err(e @ (ChipError::Mismatch { .. } | ChipError::MismatchAt { .. })) => {
             eprintln!("inband: {e}");

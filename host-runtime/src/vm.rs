@@ -7,8 +7,30 @@ use std::time::Instant;
 use inband_firmware::ProgramImage;
 use inband_golden::{Environment, Machine};
 use inband_qwen35::TextConfig;
-use inband_weightgen::rv32im::host::{ChipEnd, ChipError, ChipMachine, RunCounts, Rv32Chip};
-use inband_weightgen::MathPath;
+use inband_weightgen::rv32im::host::{ChipEnd, ChipError, ChipMachine, PassEngine, RunCounts, Rv32Chip};
+use inband_weightgen::{ChipRunner, MathPath};
+
+/// Where the chip layers run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Device {
+    /// The sparse path of the project's layer math, on the CPU.
+    Cpu,
+    /// The CUDA kernel, on GPU `ordinal`.
+    Cuda(usize),
+}
+
+/// A pass engine for `chip` on `device`.
+pub fn engine<'a>(chip: &'a Rv32Chip, device: Device) -> anyhow::Result<Box<dyn PassEngine + 'a>> {
+    match device {
+        Device::Cpu => Ok(Box::new(ChipRunner::new(&chip.chip, MathPath::Sparse(Default::default()))?)),
+        #[cfg(feature = "cuda")]
+        Device::Cuda(ordinal) => Ok(Box::new(crate::gpu::GpuChip::new(&chip.chip, ordinal)?)),
+        #[cfg(not(feature = "cuda"))]
+        Device::Cuda(_) => anyhow::bail!(
+            "this inband was built without CUDA support: build it with `scripts/build-cuda.sh` (cargo feature `cuda`)"
+        ),
+    }
+}
 
 /// What a VM run reports.
 pub struct VmRun {
@@ -27,18 +49,19 @@ pub fn build_chip(base: &TextConfig) -> anyhow::Result<Rv32Chip> {
     Ok(Rv32Chip::build(base)?)
 }
 
-/// Boots `image` in `chip` and runs it for at most `budget` retired instructions,
-/// writing console bytes to `out` as they appear. With `verify`, every retired
-/// instruction is checked against the golden reference.
+/// Boots `image` in `chip` on `device` and runs it for at most `budget` retired
+/// instructions, writing console bytes to `out` as they appear. With `verify`, every
+/// retired instruction is checked against the golden reference.
 pub fn run(
     chip: &Rv32Chip,
+    device: Device,
     image: &ProgramImage,
     budget: u64,
     verify: bool,
     out: &mut dyn Write,
 ) -> Result<VmRun, ChipError> {
     let start = Instant::now();
-    let mut machine = ChipMachine::boot(chip, image, MathPath::Sparse(Default::default()))?;
+    let mut machine = ChipMachine::boot_on(chip, engine(chip, device)?, image)?;
     let boot_seconds = start.elapsed().as_secs_f64();
     let mut golden = verify.then(|| Machine::new(image, Environment::BareMetal));
     let start = Instant::now();

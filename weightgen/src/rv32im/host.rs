@@ -171,10 +171,52 @@ pub struct RunCounts {
     pub boot_passes: u64,
 }
 
+/// Something that runs chip passes: the CPU layer math, or the GPU engine.
+pub trait PassEngine {
+    /// Runs passes that consume `inputs` in order and then the engine's own choices,
+    /// until `max` passes ran or, once the inputs are used up, a chosen token's kind is
+    /// in `stop_kinds`. Returns the token chosen by each pass.
+    fn passes(&mut self, inputs: &[ChipToken], max: usize, stop_kinds: &[usize]) -> anyhow::Result<Vec<ChipToken>>;
+    /// One GDN memory row (`dv` entries): key row `row` of value head `head` of chip layer `layer`.
+    fn memory_row(&self, layer: usize, head: usize, row: usize) -> anyhow::Result<Vec<f32>>;
+    /// How many passes to run ahead of the host when nothing is being verified (1: none;
+    /// then a run that stops at its instruction budget can be continued exactly).
+    fn lookahead(&self) -> usize {
+        1
+    }
+}
+
+impl PassEngine for ChipRunner<'_> {
+    fn passes(&mut self, inputs: &[ChipToken], max: usize, stop_kinds: &[usize]) -> anyhow::Result<Vec<ChipToken>> {
+        let mut out = Vec::with_capacity(max);
+        let mut token = None;
+        for i in 0..max {
+            let t = match inputs.get(i) {
+                Some(t) => t.clone(),
+                None => token.take().expect("a previous choice"),
+            };
+            let chosen = self.step(&t)?;
+            let stop = i + 1 >= inputs.len() && stop_kinds.contains(&chosen.kind);
+            out.push(chosen.clone());
+            token = Some(chosen);
+            if stop {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    fn memory_row(&self, layer: usize, head: usize, row: usize) -> anyhow::Result<Vec<f32>> {
+        ChipRunner::memory_row(self, layer, head, row)
+    }
+}
+
 /// A program booted in a chip.
 pub struct ChipMachine<'a> {
     chip: &'a Rv32Chip,
-    runner: ChipRunner<'a>,
+    runner: Box<dyn PassEngine + 'a>,
+    /// Tokens the engine chose ahead of the host (each consumed by the engine already).
+    ahead: std::collections::VecDeque<ChipToken>,
     image: ProgramImage,
     /// The token the next pass consumes.
     next: ChipToken,
@@ -188,17 +230,23 @@ pub struct ChipMachine<'a> {
 const MILLICODE_ROW: usize = 15 * 128;
 
 impl<'a> ChipMachine<'a> {
-    /// Boots `image`: runs the boot prefill through the chip.
+    /// Boots `image` on the CPU layer math (`path`): runs the boot prefill through the chip.
     pub fn boot(chip: &'a Rv32Chip, image: &ProgramImage, path: MathPath) -> Result<Self, ChipError> {
-        let mut runner = ChipRunner::new(&chip.chip, path)?;
+        let runner = ChipRunner::new(&chip.chip, path)?;
+        Self::boot_on(chip, Box::new(runner), image)
+    }
+
+    /// Boots `image` on any pass engine running `chip`'s layers.
+    pub fn boot_on(chip: &'a Rv32Chip, mut runner: Box<dyn PassEngine + 'a>, image: &ProgramImage) -> Result<Self, ChipError> {
         let mut tokens = boot_tokens(image)?;
         let last = tokens.pop().expect("boot ends with x");
-        for t in &tokens {
-            runner.step(t)?;
+        for chunk in tokens.chunks(4096) {
+            runner.passes(chunk, chunk.len(), &[])?;
         }
         Ok(Self {
             chip,
             runner,
+            ahead: Default::default(),
             image: image.clone(),
             next: last,
             base_row: 0,
@@ -248,7 +296,7 @@ impl<'a> ChipMachine<'a> {
                     });
                 }
             }
-            let out = self.runner.step(&tok)?;
+            let out = self.consume(&tok, golden.is_some())?;
             self.counts.passes += 1;
             self.base_row = new_row;
             if let Some(slot) = user_start {
@@ -290,6 +338,19 @@ impl<'a> ChipMachine<'a> {
         }
     }
 
+    /// Runs the pass that consumes `token` (which the engine may have run already, ahead
+    /// of the host) and returns the token it chose.
+    fn consume(&mut self, token: &ChipToken, single: bool) -> Result<ChipToken, ChipError> {
+        if let Some(next) = self.ahead.pop_front() {
+            return Ok(next);
+        }
+        let ahead = if single { 1 } else { self.runner.lookahead() };
+        let mut out = self.runner.passes(std::slice::from_ref(token), ahead, &[kind::T])?;
+        let first = out.remove(0);
+        self.ahead.extend(out);
+        Ok(first)
+    }
+
     fn golden_step(&mut self, g: &mut Machine) -> Result<Step, ChipError> {
         g.step().map_err(|trap| ChipError::Mismatch {
             retired: self.counts.retired,
@@ -309,7 +370,7 @@ impl<'a> ChipMachine<'a> {
             let mut parts = Vec::new();
             let mut t = token(kind::T, &[cause]);
             for expected in [kind::W1, kind::W2, kind::W3] {
-                let out = self.runner.step(&t)?;
+                let out = self.consume(&t, true)?;
                 self.counts.passes += 1;
                 if out.kind != expected {
                     return Err(ChipError::Protocol {

@@ -33,7 +33,7 @@ pub mod low {
     pub const LINK_N3: usize = 54;
 }
 
-/// A register's value as read: one-hot nibbles (entry 0 implied), nibble values, bits.
+/// A register's value as read: bits, nibble values and (store-data port only) one-hot nibbles.
 #[derive(Clone)]
 pub struct RegValue {
     pub onehot: Vec<Vec<Expr>>,
@@ -42,10 +42,10 @@ pub struct RegValue {
 }
 
 impl RegValue {
-    fn from_onehot(onehot: Vec<Vec<Expr>>) -> Self {
-        let nibbles = onehot.iter().map(|n| super::wires::value(n)).collect();
-        let bits = onehot.iter().flat_map(|n| super::wires::onehot_bits(n)).collect();
-        Self { onehot, nibbles, bits }
+    /// A value from its 32 bit signals; `onehot` holds the one-hot nibbles only for the
+    /// port whose consumers need them (store data), and is empty otherwise.
+    fn from_bits(bits: Vec<Expr>, onehot: Vec<Vec<Expr>>) -> Self {
+        Self { nibbles: super::wires::nibble_values(&bits), bits, onehot }
     }
 }
 
@@ -127,30 +127,33 @@ pub fn build(
     }
     let enable = s.clone() + l + lk;
 
-    let mut port = |name: &str, digits: &RegDigits| -> (RegValue, PortMemories) {
+    // A port reads the three memories; its outputs are the value's bits (each a sum of
+    // one-hot entries, so consumers see one signal per bit) and, where store data needs
+    // them, the one-hot nibbles.
+    let mut port = |name: &str, digits: &RegDigits, with_onehot: bool| -> (RegValue, PortMemories) {
+        let bit_entries = |base: usize, i: usize| -> Vec<(usize, f64)> {
+            (1..16).filter(|v| v >> i & 1 == 1).map(|v| (base + v, 1.0)).collect()
+        };
         let mut memories = Vec::new();
-        let mut reads = Vec::new();
-        for (part, entries, description, outputs) in [
+        let mut reads: Vec<std::collections::HashMap<String, Expr>> = Vec::new();
+        for (part, entries, description, nibbles) in [
             (
                 "low",
                 &low_entries,
                 "register nibbles 0-2 one-hot (0-47), class (48-53), link nibble 3 (54-69), 4 pads",
-                (1..16)
-                    .flat_map(|v| (0..3).map(move |j| (16 * j + v, format!("n{j}.{v}"))))
-                    .chain((48..70).map(|e| (e, format!("e{e}"))))
-                    .collect::<Vec<_>>(),
+                3usize,
             ),
             (
                 "up34",
                 &up34_entries,
                 "register nibbles 3-4 one-hot (0-31), 6 pads; zero unless the value was long",
-                (0..32).filter(|e| e % 16 != 0).map(|e| (e, format!("e{e}"))).collect(),
+                2,
             ),
             (
                 "up567",
                 &up567_entries,
                 "register nibbles 5-7 one-hot (0-47), 5 pads; zero unless the value needed an h token",
-                (0..48).filter(|e| e % 16 != 0).map(|e| (e, format!("e{e}"))).collect(),
+                3,
             ),
         ] {
             let mem = c.memory(format!("regs.{name}.{part}"), 1, 8, description);
@@ -160,60 +163,81 @@ pub fn build(
                 entries: entries.clone(),
                 enable: enable.clone(),
             });
-            let outs: Vec<ReadOutput> = outputs
-                .iter()
-                .map(|(e, n)| (n.clone(), Range::BIT, vec![(*e, 1.0)]))
-                .collect();
+            let mut outs: Vec<ReadOutput> = Vec::new();
+            for j in 0..nibbles {
+                for i in 0..4 {
+                    outs.push((format!("n{j}.b{i}"), Range::BIT, bit_entries(16 * j, i)));
+                }
+                if with_onehot {
+                    for v in 1..16 {
+                        outs.push((format!("n{j}.{v}"), Range::BIT, vec![(16 * j + v, 1.0)]));
+                    }
+                }
+            }
+            if part == "low" {
+                for e in low::SPOS..=low::LINK {
+                    outs.push((format!("e{e}"), Range::BIT, vec![(e, 1.0)]));
+                }
+                for i in 0..4 {
+                    outs.push((format!("link3.b{i}"), Range::BIT, bit_entries(low::LINK_N3, i)));
+                }
+                if with_onehot {
+                    for v in 1..16 {
+                        outs.push((format!("link3.{v}"), Range::BIT, vec![(low::LINK_N3 + v, 1.0)]));
+                    }
+                }
+            }
+            let names: Vec<String> = outs.iter().map(|(n, _, _)| n.clone()).collect();
             let signals = c.read(&format!("{name}.{part}"), mem, factored(digits, 0), None, outs);
-            let map: std::collections::HashMap<usize, Expr> = outputs
-                .iter()
-                .map(|(e, _)| *e)
-                .zip(signals.iter().map(|s| Expr::signal(*s)))
-                .collect();
             memories.push(mem);
-            reads.push(map);
+            reads.push(names.into_iter().zip(signals.iter().map(|s| Expr::signal(*s))).collect());
         }
-        let get = |m: usize, e: usize| reads[m].get(&e).cloned().unwrap_or_else(Expr::zero);
-        let class = |e: usize| get(0, e);
-        let (spos, sneg, lzero, lones, link) = (
-            class(low::SPOS),
-            class(low::SNEG),
-            class(low::LZERO),
-            class(low::LONES),
-            class(low::LINK),
-        );
-        let fill = |v: usize, ones: Expr, zeros: Expr| match v {
-            15 => ones,
-            0 => zeros,
-            _ => Expr::zero(),
-        };
+        let get = |m: usize, n: &str| reads[m].get(n).cloned().unwrap_or_else(Expr::zero);
+        let class = |e: usize| get(0, &format!("e{e}"));
+        let (spos, sneg, lones, link) = (class(low::SPOS), class(low::SNEG), class(low::LONES), class(low::LINK));
+        // Each nibble: (memory, index within it, extra bits, fill when the class implies 15).
+        let mut bits = Vec::new();
         let mut onehot = Vec::new();
-        for j in 0..3 {
-            onehot.push(with_implied_zero((1..16).map(|v| get(0, 16 * j + v)).collect()));
+        for j in 0..8 {
+            let (m, jj) = match j {
+                0..=2 => (0, j),
+                3 | 4 => (1, j - 3),
+                _ => (2, j - 5),
+            };
+            let ones = match j {
+                0..=2 => Expr::zero(),
+                3 | 4 => sneg.clone(),
+                _ => sneg.clone() + lones.clone(),
+            };
+            for i in 0..4 {
+                let mut b = get(m, &format!("n{jj}.b{i}")) + ones.clone();
+                if j == 3 {
+                    b = b + get(0, &format!("link3.b{i}"));
+                }
+                if j == 4 && i == 0 {
+                    b = b + link.clone();
+                }
+                bits.push(b);
+            }
+            if with_onehot {
+                let raw = (1..16).map(|v| {
+                    let mut x = get(m, &format!("n{jj}.{v}"));
+                    if v == 15 {
+                        x = x + ones.clone();
+                    }
+                    if j == 3 {
+                        x = x + get(0, &format!("link3.{v}"));
+                    }
+                    if j == 4 && v == 1 {
+                        x = x + link.clone();
+                    }
+                    x
+                });
+                onehot.push(with_implied_zero(raw.collect()));
+            }
         }
-        // nibble 3: up34 + link + sign fill; nibble 4: up34 + link's 1 + sign fill.
-        onehot.push(with_implied_zero(
-            (1..16)
-                .map(|v| get(1, v) + class(low::LINK_N3 + v) + fill(v, sneg.clone(), spos.clone()))
-                .collect(),
-        ));
-        onehot.push(with_implied_zero(
-            (1..16)
-                .map(|v| {
-                    let link_one = if v == 1 { link.clone() } else { Expr::zero() };
-                    get(1, 16 + v) + link_one + fill(v, sneg.clone(), spos.clone())
-                })
-                .collect(),
-        ));
-        for j in 0..3 {
-            onehot.push(with_implied_zero(
-                (1..16)
-                    .map(|v| get(2, 16 * j + v) + fill(v, sneg.clone() + lones.clone(), Expr::zero()))
-                    .collect(),
-            ));
-        }
-        let _ = lzero;
-        let value = RegValue::from_onehot(onehot);
+        let _ = spos;
+        let value = RegValue::from_bits(bits, onehot);
         let mems = PortMemories {
             low: memories[0],
             up34: memories[1],
@@ -221,8 +245,8 @@ pub fn build(
         };
         (value, mems)
     };
-    let (a, mems) = port("rs1", rs1);
-    let (b, _) = port("rs2", rs2);
+    let (a, mems) = port("rs1", rs1, false);
+    let (b, _) = port("rs2", rs2, true);
     let _ = oh;
     (a, b, mems)
 }

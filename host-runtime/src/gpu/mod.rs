@@ -1,0 +1,413 @@
+//! The GPU engine: the chip layers' forward pass as one NVRTC-compiled CUDA kernel that
+//! runs many passes per launch (embedding, every chip layer, the token choice, feeding
+//! the choice back), so the host only reads the chosen tokens. The math is the sparse
+//! path's (inband-qwen35 `sparse`), with the layers' nonzero weights in CSR form in GPU
+//! memory; the CUDA libraries are loaded at run time (built without CUDA installed).
+
+use std::sync::Arc;
+
+use anyhow::{bail, Context};
+use cudarc::driver::sys::CUfunction_attribute_enum;
+use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg};
+use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
+use inband_circuits::ChipToken;
+use inband_qwen35::weights::{Array, DecoderLayer, Mixer};
+use inband_weightgen::rv32im::host::PassEngine;
+use inband_weightgen::Chip;
+
+const KERNEL: &str = include_str!("chip_kernel.cu");
+const THREADS: u32 = 1024;
+/// Passes one launch may run (the host reads the chosen tokens after each launch).
+const LOOKAHEAD: usize = 1 << 15;
+
+/// Mirrors the kernel's `Dims`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+struct Dims {
+    width: u32,
+    conv_dim: u32,
+    key_dim: u32,
+    dk: u32,
+    dv: u32,
+    hk: u32,
+    hv: u32,
+    neurons: u32,
+    layers: u32,
+    eps: f32,
+    kinds: u32,
+    kind_dim: u32,
+    kind_fields: u32,
+    kind_nfields: u32,
+    kind_offset: u32,
+    kind_size: u32,
+    field_size: u32,
+    field_dim: u32,
+    anchors: u32,
+    anchor_dim: u32,
+    anchor_value: u32,
+    chip_base: u32,
+}
+
+/// Mirrors the kernel's `Layer`: offsets into the index (I), weight (W) and state (S) arrays.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+struct LayerOffsets {
+    in_gain: u32,
+    post_gain: u32,
+    n_live: u32,
+    live: u32,
+    qkv_ptr: u32,
+    qkv_col: u32,
+    qkv_val: u32,
+    taps: u32,
+    conv_state: u32,
+    b_ptr: u32,
+    b_col: u32,
+    b_val: u32,
+    a_ptr: u32,
+    a_col: u32,
+    a_val: u32,
+    a_log: u32,
+    dt_bias: u32,
+    norm: u32,
+    z_ptr: u32,
+    z_col: u32,
+    z_val: u32,
+    n_out: u32,
+    out_rows: u32,
+    out_ptr: u32,
+    out_col: u32,
+    out_val: u32,
+    n_neur: u32,
+    neur: u32,
+    g_ptr: u32,
+    g_col: u32,
+    g_val: u32,
+    u_ptr: u32,
+    u_col: u32,
+    u_val: u32,
+    n_down: u32,
+    down_rows: u32,
+    d_ptr: u32,
+    d_col: u32,
+    d_val: u32,
+    rec: u32,
+}
+
+unsafe impl DeviceRepr for Dims {}
+unsafe impl DeviceRepr for LayerOffsets {}
+
+/// Flat arrays the kernel reads.
+#[derive(Default)]
+struct Flat {
+    i: Vec<u32>,
+    w: Vec<f32>,
+    state_len: usize,
+}
+
+impl Flat {
+    fn floats(&mut self, v: &[f32]) -> u32 {
+        let at = self.w.len() as u32;
+        self.w.extend_from_slice(v);
+        at
+    }
+
+    fn ints(&mut self, v: &[u32]) -> u32 {
+        let at = self.i.len() as u32;
+        self.i.extend_from_slice(v);
+        at
+    }
+
+    /// CSR of the listed rows of `a` (in the listed order): (ptr, col, val) offsets.
+    fn csr(&mut self, a: &Array, rows: &[usize]) -> (u32, u32, u32) {
+        let mut ptr = vec![0u32];
+        let (mut col, mut val) = (Vec::new(), Vec::new());
+        for &r in rows {
+            for (c, &v) in a.row(r).iter().enumerate() {
+                if v != 0.0 {
+                    col.push(c as u32);
+                    val.push(v);
+                }
+            }
+            ptr.push(col.len() as u32);
+        }
+        (self.ints(&ptr), self.ints(&col), self.floats(&val))
+    }
+
+    fn state(&mut self, n: usize) -> u32 {
+        let at = self.state_len as u32;
+        self.state_len += n;
+        at
+    }
+}
+
+fn nonempty_rows(a: &Array) -> Vec<usize> {
+    (0..a.dims2().0).filter(|&r| a.row(r).iter().any(|v| *v != 0.0)).collect()
+}
+
+/// The chip on a GPU.
+pub struct GpuChip {
+    stream: Arc<CudaStream>,
+    kernel: CudaFunction,
+    dims: CudaSlice<Dims>,
+    layers: CudaSlice<LayerOffsets>,
+    i: CudaSlice<u32>,
+    w: CudaSlice<f32>,
+    s: CudaSlice<f32>,
+    /// passes done, conv ring position, last token.
+    ctl: CudaSlice<u32>,
+    outputs: CudaSlice<u32>,
+    shared_bytes: u32,
+    tokens: inband_circuits::TokenSpec,
+    /// Where each layer's recurrent state starts in S, and its (dk, dv).
+    recurrent: Vec<u32>,
+    dk: usize,
+    dv: usize,
+}
+
+/// Checks that the CUDA driver and NVRTC libraries can be loaded.
+pub fn available() -> anyhow::Result<()> {
+    // SAFETY: only probes whether the shared libraries load.
+    let (driver, nvrtc) = unsafe { (cudarc::driver::sys::is_culib_present(), cudarc::nvrtc::sys::is_culib_present()) };
+    if !driver {
+        bail!("no CUDA driver library (libcuda) on this machine: --device cuda needs an NVIDIA GPU and its driver");
+    }
+    if !nvrtc {
+        bail!("no NVRTC library (libnvrtc) on this machine: --device cuda compiles its kernel at run time with NVRTC from the CUDA toolkit");
+    }
+    Ok(())
+}
+
+impl GpuChip {
+    /// Uploads `chip`'s layers to GPU `ordinal` and compiles the kernel.
+    pub fn new(chip: &Chip, ordinal: usize) -> anyhow::Result<Self> {
+        available()?;
+        let c = chip.layer_config();
+        let width = c.hidden_size;
+        let (dk, dv, hk, hv) = (
+            c.linear_key_head_dim,
+            c.linear_value_head_dim,
+            c.linear_num_key_heads,
+            c.linear_num_value_heads,
+        );
+        let k = c.linear_conv_kernel_dim;
+        if k != 4 || dk > 128 || hv > 32 {
+            bail!("the GPU chip kernel handles conv kernel 4, key dim up to 128 and up to 32 value heads");
+        }
+        let mut f = Flat::default();
+        let mut offsets = Vec::new();
+        let mut recurrent = Vec::new();
+        for layer in &chip.layers {
+            let DecoderLayer {
+                input_layernorm,
+                post_attention_layernorm,
+                mixer,
+                mlp,
+            } = layer;
+            let Mixer::Linear(g) = mixer else {
+                bail!("chip layers are linear attention")
+            };
+            let mut o = LayerOffsets {
+                in_gain: f.floats(&input_layernorm.data.iter().map(|w| 1.0 + w).collect::<Vec<_>>()),
+                post_gain: f.floats(&post_attention_layernorm.data.iter().map(|w| 1.0 + w).collect::<Vec<_>>()),
+                ..Default::default()
+            };
+            let live: Vec<usize> = (0..c.conv_dim())
+                .filter(|&ch| g.conv1d.row(ch).iter().any(|w| *w != 0.0))
+                .collect();
+            o.n_live = live.len() as u32;
+            o.live = f.ints(&live.iter().map(|x| *x as u32).collect::<Vec<_>>());
+            (o.qkv_ptr, o.qkv_col, o.qkv_val) = f.csr(&g.in_proj_qkv, &live);
+            let taps: Vec<f32> = live.iter().flat_map(|&ch| g.conv1d.row(ch).to_vec()).collect();
+            o.taps = f.floats(&taps);
+            o.conv_state = f.state(3 * live.len());
+            let heads: Vec<usize> = (0..hv).collect();
+            (o.b_ptr, o.b_col, o.b_val) = f.csr(&g.in_proj_b, &heads);
+            (o.a_ptr, o.a_col, o.a_val) = f.csr(&g.in_proj_a, &heads);
+            o.a_log = f.floats(&g.a_log.data);
+            o.dt_bias = f.floats(&g.dt_bias.data);
+            o.norm = f.floats(&g.norm.data);
+            let zrows: Vec<usize> = (0..hv * dv).collect();
+            (o.z_ptr, o.z_col, o.z_val) = f.csr(&g.in_proj_z, &zrows);
+            let out = nonempty_rows(&g.out_proj);
+            o.n_out = out.len() as u32;
+            o.out_rows = f.ints(&out.iter().map(|x| *x as u32).collect::<Vec<_>>());
+            (o.out_ptr, o.out_col, o.out_val) = f.csr(&g.out_proj, &out);
+            let neurons: Vec<usize> = (0..c.intermediate_size)
+                .filter(|&n| {
+                    mlp.gate_proj.row(n).iter().any(|v| *v != 0.0) && mlp.up_proj.row(n).iter().any(|v| *v != 0.0)
+                })
+                .collect();
+            o.n_neur = neurons.len() as u32;
+            o.neur = f.ints(&neurons.iter().map(|x| *x as u32).collect::<Vec<_>>());
+            (o.g_ptr, o.g_col, o.g_val) = f.csr(&mlp.gate_proj, &neurons);
+            (o.u_ptr, o.u_col, o.u_val) = f.csr(&mlp.up_proj, &neurons);
+            let down = nonempty_rows(&mlp.down_proj);
+            o.n_down = down.len() as u32;
+            o.down_rows = f.ints(&down.iter().map(|x| *x as u32).collect::<Vec<_>>());
+            (o.d_ptr, o.d_col, o.d_val) = f.csr(&mlp.down_proj, &down);
+            o.rec = f.state(hv * dk * dv);
+            recurrent.push(o.rec);
+            offsets.push(o);
+        }
+        // Token tables.
+        let spec = &chip.circuit.tokens;
+        let layout = &chip.layout;
+        let dim = |s: inband_circuits::Signal| layout.signal_dim[s.0 as usize] as u32;
+        let mut d = Dims {
+            width: width as u32,
+            conv_dim: c.conv_dim() as u32,
+            key_dim: c.key_dim() as u32,
+            dk: dk as u32,
+            dv: dv as u32,
+            hk: hk as u32,
+            hv: hv as u32,
+            neurons: c.intermediate_size as u32,
+            layers: chip.layers.len() as u32,
+            eps: c.rms_norm_eps as f32,
+            kinds: spec.kinds.len() as u32,
+            anchors: layout.anchors.len() as u32,
+            chip_base: layout.hidden as u32,
+            ..Default::default()
+        };
+        d.kind_dim = f.ints(&(0..spec.kinds.len()).map(|k| dim(chip.circuit.kind(k))).collect::<Vec<_>>());
+        let mut kf = Vec::new();
+        for kind in &spec.kinds {
+            if kind.fields.len() > 8 {
+                bail!("a chip token kind has more than 8 fields");
+            }
+            let mut row: Vec<u32> = kind.fields.iter().map(|x| *x as u32).collect();
+            row.resize(8, 0);
+            kf.extend(row);
+        }
+        d.kind_fields = f.ints(&kf);
+        d.kind_nfields = f.ints(&spec.kinds.iter().map(|k| k.fields.len() as u32).collect::<Vec<_>>());
+        d.kind_offset = f.ints(&(0..spec.kinds.len()).map(|k| spec.kind_offset(k) as u32).collect::<Vec<_>>());
+        d.kind_size = f.ints(&(0..spec.kinds.len()).map(|k| spec.kind_size(k) as u32).collect::<Vec<_>>());
+        d.field_size = f.ints(&spec.fields.iter().map(|x| x.size as u32).collect::<Vec<_>>());
+        d.field_dim = f.ints(&(0..spec.fields.len()).map(|x| dim(chip.circuit.field(x)[0])).collect::<Vec<_>>());
+        d.anchor_dim = f.ints(&layout.anchors.iter().map(|(dm, _)| *dm as u32).collect::<Vec<_>>());
+        d.anchor_value = f.floats(&layout.anchors.iter().map(|(_, v)| *v).collect::<Vec<_>>());
+        // Field values must sit in consecutive dims for the kernel's indexing.
+        for (x, field) in spec.fields.iter().enumerate() {
+            let s = chip.circuit.field(x);
+            if (0..field.size).any(|v| dim(s[v]) != dim(s[0]) + v as u32) {
+                bail!("field {} is not laid out contiguously", field.name);
+            }
+        }
+
+        let ctx = CudaContext::new(ordinal).with_context(|| format!("cannot open CUDA device {ordinal}"))?;
+        let stream = ctx.default_stream();
+        let ptx = compile_ptx_with_opts(
+            KERNEL,
+            CompileOptions {
+                // The CPU path neither fuses multiply-adds nor flushes denormals.
+                fmad: Some(false),
+                ftz: Some(false),
+                prec_div: Some(true),
+                prec_sqrt: Some(true),
+                arch: Some("sm_90"),
+                ..Default::default()
+            },
+        )
+        .context("NVRTC could not compile the chip kernel")?;
+        let module = ctx.load_module(ptx).context("loading the chip kernel")?;
+        let kernel = module.load_function("chip_passes")?;
+        let shared_floats =
+            2 * width + c.conv_dim() + hv * dv + c.intermediate_size + (THREADS as usize / 32 + 1);
+        let shared_bytes = (shared_floats * 4) as u32;
+        kernel.set_attribute(
+            CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            shared_bytes as i32,
+        )?;
+        let dims = stream.clone_htod(&[d])?;
+        let layers = stream.clone_htod(&offsets)?;
+        let i = stream.clone_htod(&f.i)?;
+        let w = stream.clone_htod(&f.w)?;
+        let s = stream.alloc_zeros::<f32>(f.state_len.max(1))?;
+        let ctl = stream.clone_htod(&[0u32, 0, 0])?;
+        let outputs = stream.alloc_zeros::<u32>(LOOKAHEAD.max(8192))?;
+        Ok(Self {
+            stream,
+            kernel,
+            dims,
+            layers,
+            i,
+            w,
+            s,
+            ctl,
+            outputs,
+            shared_bytes,
+            tokens: spec.clone(),
+            recurrent,
+            dk,
+            dv,
+        })
+    }
+
+    /// Runs up to `max` passes (see [`PassEngine::passes`]) and returns the chosen token ids.
+    fn run_ids(&mut self, inputs: &[u32], max: usize, stop_mask: u32) -> anyhow::Result<Vec<u32>> {
+        let cap = self.outputs.len();
+        let mut out = Vec::new();
+        let mut given = 0;
+        while out.len() < max {
+            let chunk_inputs = &inputs[given.min(inputs.len())..(given + cap).min(inputs.len())];
+            let n = (max - out.len()).min(cap);
+            let input_dev = self.stream.clone_htod(if chunk_inputs.is_empty() { &[0u32][..] } else { chunk_inputs })?;
+            let (n_inputs, n_max) = (chunk_inputs.len() as u32, n as u32);
+            let cfg = LaunchConfig {
+                grid_dim: (1, 1, 1),
+                block_dim: (THREADS, 1, 1),
+                shared_mem_bytes: self.shared_bytes,
+            };
+            let mut launch = self.stream.launch_builder(&self.kernel);
+            launch
+                .arg(&self.dims)
+                .arg(&self.layers)
+                .arg(&self.i)
+                .arg(&self.w)
+                .arg(&mut self.s)
+                .arg(&input_dev)
+                .arg(&n_inputs)
+                .arg(&n_max)
+                .arg(&stop_mask)
+                .arg(&mut self.outputs)
+                .arg(&mut self.ctl);
+            // SAFETY: the arguments match the kernel's signature and the buffers' sizes.
+            unsafe { launch.launch(cfg) }?;
+            let ctl = self.stream.clone_dtoh(&self.ctl)?;
+            let done = ctl[0] as usize;
+            let ids = self.stream.clone_dtoh(&self.outputs.slice(0..done))?;
+            out.extend(ids);
+            given += chunk_inputs.len();
+            if done < n {
+                break; // stopped on a stop kind
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl PassEngine for GpuChip {
+    fn passes(&mut self, inputs: &[ChipToken], max: usize, stop_kinds: &[usize]) -> anyhow::Result<Vec<ChipToken>> {
+        let ids: Vec<u32> = inputs.iter().map(|t| self.tokens.encode(t) as u32).collect();
+        let mask = stop_kinds.iter().fold(0u32, |m, k| m | 1 << k);
+        let out = self.run_ids(&ids, max, mask)?;
+        out.iter()
+            .map(|id| {
+                self.tokens
+                    .decode(*id as usize)
+                    .with_context(|| format!("the GPU chose token {id}, outside the chip vocabulary"))
+            })
+            .collect()
+    }
+
+    fn memory_row(&self, layer: usize, head: usize, row: usize) -> anyhow::Result<Vec<f32>> {
+        let at = self.recurrent[layer] as usize + (head * self.dk + row) * self.dv;
+        Ok(self.stream.clone_dtoh(&self.s.slice(at..at + self.dv))?)
+    }
+
+    fn lookahead(&self) -> usize {
+        LOOKAHEAD
+    }
+}
