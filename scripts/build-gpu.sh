@@ -15,4 +15,7 @@ for p in firmware/examples/*.c firmware/isa/*.S; do
     name=$(basename "$p"); name=${name%.*}
     .gpu/bin/inband build "$p" -o ".gpu/elf/$name.elf"
 done
+# The CPU engine's chip token stream for hello, which the GPU machine's runs must reproduce.
+mkdir -p .gpu/trace
+target/release/inband run --engine chip --trace .gpu/trace/hello.trace firmware/examples/hello.c >/dev/null
 du -sh .gpu

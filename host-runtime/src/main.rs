@@ -116,6 +116,11 @@ enum Command {
         /// (chip) Where the chip layers run: cpu, or cuda[:N] (needs a CUDA build).
         #[arg(long, default_value = "cpu", value_parser = parse_device)]
         device: vm::Device,
+        /// (chip) Write every forward pass's input and chosen chip token ids to this file,
+        /// one pass per line (`input chosen`), boot included: the stream another runner
+        /// (stock transformers) must reproduce.
+        #[arg(long)]
+        trace: Option<PathBuf>,
         /// Toolchain folder holding bin/riscv64-unknown-elf-gcc (default: $INBAND_TOOLCHAIN or PATH).
         #[arg(long)]
         toolchain: Option<PathBuf>,
@@ -172,6 +177,7 @@ fn main() -> ExitCode {
             shape,
             model,
             device,
+            trace,
             toolchain,
         } => {
             let image = match program::load_program(&program, toolchain.as_deref()) {
@@ -188,7 +194,15 @@ fn main() -> ExitCode {
                         Some(dir) => ChipSource::Checkpoint(dir.clone()),
                         None => ChipSource::Shape(shape),
                     };
-                    run_chip(&image, &source, device, stats, max_instructions, verify)
+                    run_chip(
+                        &image,
+                        &source,
+                        device,
+                        stats,
+                        max_instructions,
+                        verify,
+                        trace.as_deref(),
+                    )
                 }
             }
         }
@@ -254,6 +268,7 @@ fn run_chip(
     stats: bool,
     budget: u64,
     verify: bool,
+    trace: Option<&std::path::Path>,
 ) -> ExitCode {
     let chip = match source {
         ChipSource::Shape(shape) => vm::build_chip(&shape.config()),
@@ -267,7 +282,7 @@ fn run_chip(
         }
     };
     let mut stdout = std::io::stdout().lock();
-    let run = match vm::run(&chip, device, image, budget, verify, &mut stdout) {
+    let run = match vm::run(&chip, device, image, budget, verify, trace, &mut stdout) {
         Ok(run) => run,
         Err(e @ (ChipError::Mismatch { .. } | ChipError::MismatchAt { .. })) => {
             eprintln!("inband: {e}");

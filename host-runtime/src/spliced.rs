@@ -100,7 +100,8 @@ impl SplicedModel {
         for id in 0..spec.vocab_size() {
             let token = spec.decode(id).expect("in range");
             let at = (offset + id) * row_bytes;
-            let row = inband_qwen35::checkpoint::to_f32(dtype, &bytes[at..at + row_bytes]).map_err(anyhow::Error::msg)?;
+            let row =
+                inband_qwen35::checkpoint::to_f32(dtype, &bytes[at..at + row_bytes]).map_err(anyhow::Error::msg)?;
             if row[..hidden].iter().any(|v| *v != 0.0) || row[hidden..] != chip.chip.embedding(&token)[..] {
                 bail!("the checkpoint's embedding row for chip token {id} ({token:?}) is not the chip's");
             }

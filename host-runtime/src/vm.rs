@@ -1,9 +1,13 @@
 //! VM mode: boot a program into the RV32IM chip layers and let the layer math run it,
 //! streaming its console output, optionally in lockstep with the golden reference.
 
+use std::cell::RefCell;
 use std::io::Write;
+use std::path::Path;
+use std::rc::Rc;
 use std::time::Instant;
 
+use inband_circuits::{ChipToken, TokenSpec};
 use inband_firmware::ProgramImage;
 use inband_golden::{Environment, Machine};
 use inband_qwen35::TextConfig;
@@ -22,14 +26,57 @@ pub enum Device {
 /// A pass engine for `chip` on `device`.
 pub fn engine<'a>(chip: &'a Rv32Chip, device: Device) -> anyhow::Result<Box<dyn PassEngine + 'a>> {
     match device {
-        Device::Cpu => Ok(Box::new(ChipRunner::new(&chip.chip, MathPath::Sparse(Default::default()))?)),
+        Device::Cpu => Ok(Box::new(ChipRunner::new(
+            &chip.chip,
+            MathPath::Sparse(Default::default()),
+        )?)),
         #[cfg(feature = "cuda")]
         Device::Cuda(ordinal) => Ok(Box::new(crate::gpu::GpuChip::new(&chip.chip, ordinal)?)),
         #[cfg(not(feature = "cuda"))]
         Device::Cuda(_) => anyhow::bail!(
-            "this inband was built without CUDA support: build it with `scripts/build-cuda.sh` (cargo feature `cuda`)"
+            "this inband was built without CUDA support: build it with `scripts/build-gpu.sh` (cargo feature `cuda`)"
         ),
     }
+}
+
+/// (input token id, chosen token id) of every forward pass an engine ran.
+type Trace = Rc<RefCell<Vec<(u32, u32)>>>;
+
+/// Records every pass of the engine it wraps: the token each pass consumed and the one it
+/// chose, so that another runner (stock transformers) can be checked against the stream.
+struct Tracing<'a> {
+    inner: Box<dyn PassEngine + 'a>,
+    tokens: TokenSpec,
+    trace: Trace,
+}
+
+impl PassEngine for Tracing<'_> {
+    fn passes(&mut self, inputs: &[ChipToken], max: usize, stop_kinds: &[usize]) -> anyhow::Result<Vec<ChipToken>> {
+        let out = self.inner.passes(inputs, max, stop_kinds)?;
+        let mut trace = self.trace.borrow_mut();
+        for (i, chosen) in out.iter().enumerate() {
+            let input = inputs.get(i).unwrap_or_else(|| &out[i - 1]);
+            trace.push((self.tokens.encode(input) as u32, self.tokens.encode(chosen) as u32));
+        }
+        Ok(out)
+    }
+
+    fn memory_row(&self, layer: usize, head: usize, row: usize) -> anyhow::Result<Vec<f32>> {
+        self.inner.memory_row(layer, head, row)
+    }
+
+    fn lookahead(&self) -> usize {
+        self.inner.lookahead()
+    }
+}
+
+/// Writes a trace as text: one pass per line, `input chosen` token ids (chip vocabulary).
+fn write_trace(path: &Path, trace: &[(u32, u32)]) -> std::io::Result<()> {
+    let mut text = String::with_capacity(trace.len() * 14);
+    for (input, chosen) in trace {
+        text.push_str(&format!("{input} {chosen}\n"));
+    }
+    std::fs::write(path, text)
 }
 
 /// What a VM run reports.
@@ -51,17 +98,28 @@ pub fn build_chip(base: &TextConfig) -> anyhow::Result<Rv32Chip> {
 
 /// Boots `image` in `chip` on `device` and runs it for at most `budget` retired
 /// instructions, writing console bytes to `out` as they appear. With `verify`, every
-/// retired instruction is checked against the golden reference.
+/// retired instruction is checked against the golden reference. With `trace`, every
+/// forward pass's input and chosen token ids are written there (boot included).
 pub fn run(
     chip: &Rv32Chip,
     device: Device,
     image: &ProgramImage,
     budget: u64,
     verify: bool,
+    trace: Option<&Path>,
     out: &mut dyn Write,
 ) -> Result<VmRun, ChipError> {
     let start = Instant::now();
-    let mut machine = ChipMachine::boot_on(chip, engine(chip, device)?, image)?;
+    let recorded = Trace::default();
+    let mut engine = engine(chip, device)?;
+    if trace.is_some() {
+        engine = Box::new(Tracing {
+            inner: engine,
+            tokens: chip.chip.circuit.tokens.clone(),
+            trace: recorded.clone(),
+        });
+    }
+    let mut machine = ChipMachine::boot_on(chip, engine, image)?;
     let boot_seconds = start.elapsed().as_secs_f64();
     let mut golden = verify.then(|| Machine::new(image, Environment::BareMetal));
     let start = Instant::now();
@@ -77,6 +135,10 @@ pub fn run(
             end => break end,
         }
     };
+    if let Some(path) = trace {
+        write_trace(path, &recorded.borrow())
+            .map_err(|e| ChipError::Math(anyhow::anyhow!("cannot write {}: {e}", path.display())))?;
+    }
     Ok(VmRun {
         end,
         counts: machine.counts,

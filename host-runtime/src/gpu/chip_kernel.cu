@@ -1,34 +1,46 @@
 // inband: the chip layers' forward pass on the GPU, one token at a time, in one thread
-// block. The same math as inband-qwen35's sparse path (CSR projections, causal conv,
+// block. The same math as inband-qwen35's sparse path (sparse projections, causal conv,
 // GDN delta rule, gated RMSNorm, SwiGLU), run for many passes per launch: each pass
 // embeds a token, runs every chip layer, chooses the next token (argmax over the chip
 // vocabulary, computed per field as the CPU does) and feeds it back.
 //
-// All parameters live in two flat arrays (f32 weights W, u32 indices I) described by a
-// table of offsets per layer; state (conv rings, GDN memories) in S.
+// Projections are sliced ELL: rows sorted by length and cut into slices of 32, each
+// slice stored column-major so that a warp's 32 lanes (one row each) load consecutive
+// words. Each row is summed by one thread in ascending column order, exactly as the CPU
+// sums it. Several projections that read the same input are one ELL whose rows write
+// into one scratch buffer, so a layer needs few block-wide barriers.
 
 #define THREADS 1024
 #define WARPS (THREADS / 32)
+#define MAX_KINDS 32
+#define MAX_FIELDS 64
 
 struct Dims {
-    unsigned width, conv_dim, key_dim, dk, dv, hk, hv, neurons, layers;
+    unsigned width, conv_dim, key_dim, dk, dv, hk, hv, layers;
     float eps;
-    // token tables (offsets into I / W)
-    unsigned kinds, kind_dim, kind_fields, kind_nfields, kind_offset, kind_size;
-    unsigned field_size, field_dim;   // per field: size, first chip dim (dims are field_dim + value)
-    unsigned anchors, anchor_dim, anchor_value; // count, I offset, W offset
-    unsigned chip_base;               // residual index of chip dim 0
+    unsigned kinds, fields, anchors;
+    unsigned kind_dim, kind_fields, kind_nfields, kind_offset; // I offsets (kind_fields: 8 per kind)
+    unsigned field_size, field_dim;                            // I offsets
+    unsigned anchor_dim, anchor_value;                         // I and W offsets
+    unsigned chip_base;                                        // residual index of chip dim 0
+    unsigned scratch, act;                                     // floats of the two scratch buffers
 };
 
-// Per layer offsets (all u32 offsets into I for indices, W for floats, S for state).
+// One sliced-ELL matrix: rows in slices of 32; slice s's entries at C/V[base[s] + k*32 + lane].
+struct Ell {
+    unsigned slices, base, len, row_out, row_len; // count; I offsets of per-slice base, length; per-row target, length
+};
+
+// Per layer offsets (I offsets for indices, W for floats, S for state).
 struct Layer {
     unsigned in_gain, post_gain;
-    unsigned n_live, live, qkv_ptr, qkv_col, qkv_val, taps, conv_state;
-    unsigned b_ptr, b_col, b_val, a_ptr, a_col, a_val, a_log, dt_bias, norm;
-    unsigned z_ptr, z_col, z_val;
-    unsigned n_out, out_rows, out_ptr, out_col, out_val;
-    unsigned n_neur, neur, g_ptr, g_col, g_val, u_ptr, u_col, u_val;
-    unsigned n_down, down_rows, d_ptr, d_col, d_val;
+    Ell xin;          // qkv (live channels) | z | b | a, into scratch
+    unsigned n_live, live, taps, conv_state, z_at, b_at, a_at;
+    unsigned a_log, dt_bias, norm;
+    Ell out;          // out_proj, added into hidden
+    Ell gate_up;      // gate into scratch[0..n_neur], up into scratch[n_neur..2 n_neur]
+    unsigned n_neur;
+    Ell down;         // down_proj over compact neurons, added into hidden
     unsigned rec;
 };
 
@@ -46,28 +58,37 @@ __device__ __forceinline__ float sigmoid_f(float x) {
 
 __device__ __forceinline__ float softplus_f(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
-// CSR row r: sum over its entries of val * x[col], in stored (ascending column) order.
-__device__ __forceinline__ float row_dot(const unsigned *I, const float *W, unsigned ptr, unsigned col,
-                                         unsigned val, unsigned r, const float *x) {
-    unsigned s = I[ptr + r], e = I[ptr + r + 1];
-    float acc = 0.0f;
-    for (unsigned k = s; k < e; k++) acc += W[val + k] * x[I[col + k]];
-    return acc;
-}
-
-__device__ float block_sum(float v, float *red) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffff, v, o);
-    int w = threadIdx.x / 32, l = threadIdx.x % 32;
-    __syncthreads();
-    if (l == 0) red[w] = v;
-    __syncthreads();
-    float t = 0.0f;
-    if (threadIdx.x == 0) {
-        for (int i = 0; i < WARPS; i++) t += red[i];
-        red[WARPS] = t;
+// out[row_out[r]] = (add ? out[..] : 0) + sum over row r of V * x[C], ascending column
+// order. Entries are loaded UNROLL at a time so each warp keeps several loads in flight.
+#define UNROLL 8
+__device__ __forceinline__ void ell(const Ell &m, const unsigned *__restrict__ I, const unsigned short *__restrict__ C,
+                                    const float *__restrict__ V, const float *x, float *out, bool add) {
+    unsigned w = threadIdx.x / 32, lane = threadIdx.x % 32;
+    for (unsigned s = w; s < m.slices; s += WARPS) {
+        unsigned base = __ldg(I + m.base + s), len = __ldg(I + m.len + s);
+        unsigned r = s * 32 + lane;
+        unsigned mine = __ldg(I + m.row_len + r);
+        unsigned target = __ldg(I + m.row_out + r);
+        float acc = 0.0f;
+        for (unsigned k0 = 0; k0 < len; k0 += UNROLL) {
+            unsigned short col[UNROLL];
+            float val[UNROLL];
+#pragma unroll
+            for (unsigned j = 0; j < UNROLL; j++) {
+                unsigned at = base + (k0 + j) * 32 + lane;
+                bool in = k0 + j < mine;
+                col[j] = in ? __ldg(C + at) : 0;
+                val[j] = in ? __ldg(V + at) : 0.0f;
+            }
+#pragma unroll
+            for (unsigned j = 0; j < UNROLL; j++)
+                if (k0 + j < mine) acc += val[j] * x[col[j]];
+        }
+        if (target != 0xffffffffu) {
+            if (add) out[target] += acc;
+            else out[target] = acc;
+        }
     }
-    __syncthreads();
-    return red[WARPS];
 }
 
 __device__ float warp_sum(float v) {
@@ -75,19 +96,77 @@ __device__ float warp_sum(float v) {
     return v;
 }
 
-// Zero-centred RMSNorm of x into out with gain offset g (1 + w precomputed on the host).
-__device__ void rms_norm(const float *x, float *out, const float *gain, unsigned n, float eps, float *red) {
-    float s = 0.0f;
-    for (unsigned i = threadIdx.x; i < n; i += THREADS) s += x[i] * x[i];
-    float total = block_sum(s, red);
-    float inv = 1.0f / sqrtf(total / (float)n + eps);
-    for (unsigned i = threadIdx.x; i < n; i += THREADS) out[i] = (x[i] * inv) * gain[i];
+__device__ float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffff, v, o));
+    return v;
+}
+
+// The sum of squares of the residual exactly as the CPU computes it (a left-to-right f32
+// fold), without a serial pass: the base dims are zero and the anchors come first, so
+// the fold reaches the anchors' sum A and every later square below half an ulp of A
+// leaves it unchanged (the layout's contract: the mean square is an exact power of 4).
+// Where that does not hold, thread 0 folds serially.
+__device__ float residual_sum_of_squares(const float *x, unsigned n, unsigned chip_base, unsigned anchors, float *red) {
+    float base_max = 0.0f, rest_max = 0.0f;
+    for (unsigned i = threadIdx.x; i < n; i += THREADS) {
+        float v = x[i] * x[i];
+        if (i < chip_base) base_max = fmaxf(base_max, v);
+        else if (i >= chip_base + anchors) rest_max = fmaxf(rest_max, v);
+    }
+    base_max = warp_max(base_max);
+    rest_max = warp_max(rest_max);
+    unsigned w = threadIdx.x / 32, l = threadIdx.x % 32;
+    if (l == 0) {
+        red[w] = base_max;
+        red[WARPS + w] = rest_max;
+    }
+    __syncthreads();
+    if (w == 0) {
+        float bm = warp_max(red[l]), rm = warp_max(red[WARPS + l]);
+        float acc = 0.0f;
+        if (l == 0) {
+            for (unsigned a = 0; a < anchors; a++) acc += x[chip_base + a] * x[chip_base + a];
+            float ulp = nextafterf(acc, __int_as_float(0x7f800000)) - acc;
+            if (!(bm == 0.0f && acc > 0.0f && rm + rm < ulp)) {
+                acc = 0.0f;
+                for (unsigned i = 0; i < n; i++) acc += x[i] * x[i];
+            }
+        }
+        if (l == 0) red[2 * WARPS] = acc;
+    }
+    __syncthreads();
+    return red[2 * WARPS];
+}
+
+// Zero-centred RMSNorm of the residual x into out with gain g (1 + w precomputed on the host).
+__device__ void rms_norm(const float *x, float *out, const float *gain, const Dims &d, float *red) {
+    float total = residual_sum_of_squares(x, d.width, d.chip_base, d.anchors, red);
+    float inv = 1.0f / sqrtf(total / (float)d.width + d.eps);
+    for (unsigned i = threadIdx.x; i < d.width; i += THREADS) out[i] = (x[i] * inv) * gain[i];
     __syncthreads();
 }
 
+// The nonzero entries of v[0..n) (n <= 128) in ascending order, found by the whole warp.
+__device__ __forceinline__ unsigned nonzeros(const float *v, unsigned n, unsigned *rows, float *vals) {
+    unsigned lane = threadIdx.x % 32, count = 0;
+    for (unsigned chunk = 0; chunk < n; chunk += 32) {
+        unsigned i = chunk + lane;
+        float x = i < n ? v[i] : 0.0f;
+        unsigned mask = __ballot_sync(0xffffffff, x != 0.0f);
+        if (x != 0.0f) {
+            unsigned at = count + __popc(mask & ((1u << lane) - 1));
+            rows[at] = i;
+            vals[at] = x;
+        }
+        count += __popc(mask);
+    }
+    __syncwarp();
+    return count;
+}
+
 extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
-    const Dims *dims_p, const Layer *layers, const unsigned *I, const float *W, float *S,
-    const unsigned *inputs, unsigned n_inputs, unsigned max_passes, unsigned stop_mask,
+    const Dims *dims_p, const Layer *layers_g, const unsigned *I, const unsigned short *C, const float *V,
+    const float *W, float *S, const unsigned *inputs, unsigned n_inputs, unsigned max_passes, unsigned stop_mask,
     unsigned *outputs, unsigned *state /* [0]=passes done, [1]=conv ring position, [2]=last token */) {
     extern __shared__ float sh[];
     const Dims d = *dims_p;
@@ -95,53 +174,72 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
     float *xn = hidden + d.width;             // width
     float *y = xn + d.width;                  // conv_dim
     float *head_out = y + d.conv_dim;         // hv*dv
-    float *act = head_out + d.hv * d.dv;      // neurons
-    float *red = act + d.neurons;             // WARPS + 1
-    __shared__ unsigned token_sh;
+    float *scratch = head_out + d.hv * d.dv;  // d.scratch
+    float *act = scratch + d.scratch;         // d.act
+    Layer *layers = (Layer *)(act + d.act);   // d.layers
+    __shared__ float red[2 * WARPS + 1];
+    __shared__ unsigned token_sh, kind_sh;
     __shared__ unsigned knz_rows[WARPS][128];
     __shared__ float knz_vals[WARPS][128];
-    __shared__ unsigned knz_count[WARPS];
+    __shared__ unsigned kind_dim[MAX_KINDS], kind_nf[MAX_KINDS], kind_off[MAX_KINDS], kind_fields[MAX_KINDS * 8];
+    __shared__ unsigned field_size[MAX_FIELDS], field_dim[MAX_FIELDS], field_best[MAX_FIELDS];
+    __shared__ float field_score[MAX_FIELDS];
+
+    // Tables and zeroed buffers (entries never written stay zero for the whole launch).
+    for (unsigned i = threadIdx.x; i < d.layers * (unsigned)(sizeof(Layer) / 4); i += THREADS)
+        ((unsigned *)layers)[i] = ((const unsigned *)layers_g)[i];
+    for (unsigned i = threadIdx.x; i < d.kinds; i += THREADS) {
+        kind_dim[i] = I[d.kind_dim + i];
+        kind_nf[i] = I[d.kind_nfields + i];
+        kind_off[i] = I[d.kind_offset + i];
+    }
+    for (unsigned i = threadIdx.x; i < d.kinds * 8; i += THREADS) kind_fields[i] = I[d.kind_fields + i];
+    for (unsigned i = threadIdx.x; i < d.fields; i += THREADS) {
+        field_size[i] = I[d.field_size + i];
+        field_dim[i] = I[d.field_dim + i];
+    }
+    for (unsigned i = threadIdx.x; i < d.conv_dim + d.hv * d.dv + d.scratch + d.act; i += THREADS) y[i] = 0.0f;
+    __syncthreads();
 
     unsigned ring = state[1];
     unsigned token = state[2];
     unsigned done = 0;
     for (unsigned pass = 0; pass < max_passes; pass++) {
         if (pass < n_inputs) token = inputs[pass];
-        // Embed: base dims 0; anchors; kind and field one-hots.
+        // Embed: anchors, then the kind's and its fields' one-hots.
         for (unsigned i = threadIdx.x; i < d.width; i += THREADS) hidden[i] = 0.0f;
         __syncthreads();
+        for (unsigned a = threadIdx.x; a < d.anchors; a += THREADS)
+            hidden[d.chip_base + I[d.anchor_dim + a]] = W[d.anchor_value + a];
         if (threadIdx.x == 0) {
-            for (unsigned a = 0; a < d.anchors; a++) hidden[d.chip_base + I[d.anchor_dim + a]] = W[d.anchor_value + a];
             unsigned k = 0;
-            while (k + 1 < d.kinds && I[d.kind_offset + k + 1] <= token) k++;
-            unsigned idx = token - I[d.kind_offset + k];
-            hidden[d.chip_base + I[d.kind_dim + k]] = 1.0f;
-            unsigned nf = I[d.kind_nfields + k];
-            for (int f = (int)nf - 1; f >= 0; f--) {
-                unsigned fid = I[d.kind_fields + k * 8 + f];
-                unsigned size = I[d.field_size + fid];
-                unsigned v = idx % size;
+            while (k + 1 < d.kinds && kind_off[k + 1] <= token) k++;
+            unsigned idx = token - kind_off[k];
+            hidden[d.chip_base + kind_dim[k]] = 1.0f;
+            for (int f = (int)kind_nf[k] - 1; f >= 0; f--) {
+                unsigned fid = kind_fields[k * 8 + f];
+                unsigned size = field_size[fid];
+                hidden[d.chip_base + field_dim[fid] + idx % size] = 1.0f;
                 idx /= size;
-                hidden[d.chip_base + I[d.field_dim + fid] + v] = 1.0f;
             }
         }
         __syncthreads();
 
         for (unsigned l = 0; l < d.layers; l++) {
-            const Layer L = layers[l];
-            rms_norm(hidden, xn, W + L.in_gain, d.width, d.eps, red);
-            // Projections of the live channels, the causal conv, silu.
-            for (unsigned i = threadIdx.x; i < d.conv_dim; i += THREADS) y[i] = 0.0f;
+            const Layer &L = layers[l];
+            rms_norm(hidden, xn, W + L.in_gain, d, red);
+            ell(L.xin, I, C, V, xn, scratch, false);
             __syncthreads();
+            // The causal conv and silu on the live channels.
             float *cs = S + L.conv_state;
             for (unsigned i = threadIdx.x; i < L.n_live; i += THREADS) {
-                float raw = row_dot(I, W, L.qkv_ptr, L.qkv_col, L.qkv_val, i, xn);
+                float raw = scratch[i];
                 const float *w = W + L.taps + 4 * i;
                 float u = 0.0f;
                 for (unsigned j = 0; j < 3; j++) u += w[j] * cs[((ring + j) % 3) * L.n_live + i];
                 u += w[3] * raw;
                 y[I[L.live + i]] = silu_f(u);
-                cs[(ring % 3) * L.n_live + i] = raw;  // the oldest slot becomes the newest
+                cs[(ring % 3) * L.n_live + i] = raw; // the oldest slot becomes the newest
             }
             __syncthreads();
             // q and k: L2-normalise each key head (q also scaled by 1/sqrt(dk)).
@@ -169,58 +267,29 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
                 unsigned group = d.hv / d.hk;
                 for (unsigned head = w; head < d.hv; head += WARPS) {
                     unsigned kh = head / group;
-                    float beta = 0.0f, a = 0.0f;
-                    if (lane == 0) {
-                        beta = sigmoid_f(row_dot(I, W, L.b_ptr, L.b_col, L.b_val, head, xn));
-                        a = row_dot(I, W, L.a_ptr, L.a_col, L.a_val, head, xn);
-                    }
-                    beta = __shfl_sync(0xffffffff, beta, 0);
-                    a = __shfl_sync(0xffffffff, a, 0);
+                    float beta = sigmoid_f(scratch[L.b_at + head]);
+                    float a = scratch[L.a_at + head];
                     float g = -expf(W[L.a_log + head]) * softplus_f(a + W[L.dt_bias + head]);
                     float decay = expf(g);
                     float *st = S + L.rec + head * d.dk * d.dv;
                     if (decay != 1.0f)
                         for (unsigned i = lane; i < d.dk * d.dv; i += 32) st[i] *= decay;
-                    const float *key = y + d.key_dim + kh * d.dk;
-                    const float *val = y + 2 * d.key_dim + head * d.dv;
+                    unsigned *rows = knz_rows[w];
+                    float *vals = knz_vals[w];
                     if (beta != 0.0f) {
-                        // nonzero key slots, ascending
-                        unsigned slot = w;
-                        if (lane == 0) {
-                            unsigned c = 0;
-                            for (unsigned r = 0; r < d.dk; r++)
-                                if (key[r] != 0.0f) {
-                                    knz_rows[slot][c] = r;
-                                    knz_vals[slot][c] = key[r];
-                                    c++;
-                                }
-                            knz_count[slot] = c;
-                        }
-                        __syncwarp();
-                        unsigned c = knz_count[slot];
+                        const float *key = y + d.key_dim + kh * d.dk;
+                        const float *val = y + 2 * d.key_dim + head * d.dv;
+                        unsigned c = nonzeros(key, d.dk, rows, vals);
                         for (unsigned e = lane; e < d.dv; e += 32) {
                             float mem = 0.0f;
-                            for (unsigned k = 0; k < c; k++) mem += st[knz_rows[slot][k] * d.dv + e] * knz_vals[slot][k];
+                            for (unsigned k = 0; k < c; k++) mem += st[rows[k] * d.dv + e] * vals[k];
                             float delta = (val[e] - mem) * beta;
-                            for (unsigned k = 0; k < c; k++) st[knz_rows[slot][k] * d.dv + e] += knz_vals[slot][k] * delta;
+                            for (unsigned k = 0; k < c; k++) st[rows[k] * d.dv + e] += vals[k] * delta;
                         }
                         __syncwarp();
                     }
-                    const float *q = y + kh * d.dk;
                     float *out = head_out + head * d.dv;
-                    unsigned slot = w;
-                    if (lane == 0) {
-                        unsigned c = 0;
-                        for (unsigned r = 0; r < d.dk; r++)
-                            if (q[r] != 0.0f) {
-                                knz_rows[slot][c] = r;
-                                knz_vals[slot][c] = q[r];
-                                c++;
-                            }
-                        knz_count[slot] = c;
-                    }
-                    __syncwarp();
-                    unsigned c = knz_count[slot];
+                    unsigned c = nonzeros(y + kh * d.dk, d.dk, rows, vals);
                     if (c == 0) {
                         for (unsigned e = lane; e < d.dv; e += 32) out[e] = 0.0f;
                         __syncwarp();
@@ -229,76 +298,88 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
                     float s = 0.0f;
                     for (unsigned e = lane; e < d.dv; e += 32) {
                         float acc = 0.0f;
-                        for (unsigned k = 0; k < c; k++) acc += st[knz_rows[slot][k] * d.dv + e] * knz_vals[slot][k];
+                        for (unsigned k = 0; k < c; k++) acc += st[rows[k] * d.dv + e] * vals[k];
                         out[e] = acc;
                         s += acc * acc;
                     }
                     s = warp_sum(s);
                     float inv = 1.0f / sqrtf(s / (float)d.dv + d.eps);
-                    for (unsigned e = lane; e < d.dv; e += 32) {
-                        float zv = row_dot(I, W, L.z_ptr, L.z_col, L.z_val, head * d.dv + e, xn);
-                        out[e] = (W[L.norm + e] * (out[e] * inv)) * silu_f(zv);
-                    }
+                    for (unsigned e = lane; e < d.dv; e += 32)
+                        out[e] = (W[L.norm + e] * (out[e] * inv)) * silu_f(scratch[L.z_at + head * d.dv + e]);
                     __syncwarp();
                 }
             }
             __syncthreads();
-            for (unsigned i = threadIdx.x; i < L.n_out; i += THREADS)
-                hidden[I[L.out_rows + i]] += row_dot(I, W, L.out_ptr, L.out_col, L.out_val, i, head_out);
+            ell(L.out, I, C, V, head_out, hidden, true);
+            // Clear this layer's conv outputs: the next layer's live channels differ.
+            for (unsigned i = threadIdx.x; i < L.n_live; i += THREADS) y[I[L.live + i]] = 0.0f;
             __syncthreads();
-            // MLP.
-            rms_norm(hidden, xn, W + L.post_gain, d.width, d.eps, red);
-            for (unsigned i = threadIdx.x; i < d.neurons; i += THREADS) act[i] = 0.0f;
+            // MLP over the compact list of live neurons.
+            rms_norm(hidden, xn, W + L.post_gain, d, red);
+            ell(L.gate_up, I, C, V, xn, scratch, false);
             __syncthreads();
-            for (unsigned i = threadIdx.x; i < L.n_neur; i += THREADS) {
-                float gte = row_dot(I, W, L.g_ptr, L.g_col, L.g_val, i, xn);
-                float up = row_dot(I, W, L.u_ptr, L.u_col, L.u_val, i, xn);
-                act[I[L.neur + i]] = silu_f(gte) * up;
-            }
+            for (unsigned i = threadIdx.x; i < L.n_neur; i += THREADS)
+                act[i] = silu_f(scratch[i]) * scratch[L.n_neur + i];
             __syncthreads();
-            for (unsigned i = threadIdx.x; i < L.n_down; i += THREADS)
-                hidden[I[L.down_rows + i]] += row_dot(I, W, L.d_ptr, L.d_col, L.d_val, i, act);
+            ell(L.down, I, C, V, act, hidden, true);
             __syncthreads();
         }
         ring = (ring + 1) % 3;
 
-        // Choose the next token: per kind, its score plus each field's best value.
+        // Choose the next token: each field's best value (first maximum), one warp per
+        // field; then per kind its score plus its fields' best scores, in field order.
+        {
+            unsigned w = threadIdx.x / 32, lane = threadIdx.x % 32;
+            for (unsigned f = w; f < d.fields; f += WARPS) {
+                const float *h = hidden + d.chip_base + field_dim[f];
+                float bs = -__int_as_float(0x7f800000);
+                unsigned bv = 0xffffffffu;
+                for (unsigned v = lane; v < field_size[f]; v += 32)
+                    if (bv == 0xffffffffu || h[v] > bs) {
+                        bs = h[v];
+                        bv = v;
+                    }
+                for (int o = 16; o > 0; o >>= 1) {
+                    float os = __shfl_xor_sync(0xffffffff, bs, o);
+                    unsigned ov = __shfl_xor_sync(0xffffffff, bv, o);
+                    if (ov != 0xffffffffu && (bv == 0xffffffffu || os > bs || (os == bs && ov < bv))) {
+                        bs = os;
+                        bv = ov;
+                    }
+                }
+                if (lane == 0) {
+                    field_score[f] = bs;
+                    field_best[f] = bv;
+                }
+            }
+        }
+        __syncthreads();
         if (threadIdx.x == 0) {
             float best = -__int_as_float(0x7f800000);
             unsigned best_token = 0, best_kind = 0;
             bool have = false;
             for (unsigned k = 0; k < d.kinds; k++) {
-                float score = hidden[d.chip_base + I[d.kind_dim + k]];
+                float score = hidden[d.chip_base + kind_dim[k]];
                 unsigned idx = 0;
-                unsigned nf = I[d.kind_nfields + k];
-                for (unsigned f = 0; f < nf; f++) {
-                    unsigned fid = I[d.kind_fields + k * 8 + f];
-                    unsigned size = I[d.field_size + fid];
-                    unsigned base = d.chip_base + I[d.field_dim + fid];
-                    unsigned bv = 0;
-                    float bs = -__int_as_float(0x7f800000);
-                    for (unsigned v = 0; v < size; v++)
-                        if (hidden[base + v] > bs) {
-                            bs = hidden[base + v];
-                            bv = v;
-                        }
-                    score += bs;
-                    idx = idx * size + bv;
+                for (unsigned f = 0; f < kind_nf[k]; f++) {
+                    unsigned fid = kind_fields[k * 8 + f];
+                    score += field_score[fid];
+                    idx = idx * field_size[fid] + field_best[fid];
                 }
                 if (!have || score > best) {
                     have = true;
                     best = score;
-                    best_token = I[d.kind_offset + k] + idx;
+                    best_token = kind_off[k] + idx;
                     best_kind = k;
                 }
             }
             token_sh = best_token;
+            kind_sh = best_kind;
             outputs[pass] = best_token;
-            red[0] = (float)best_kind;
         }
         __syncthreads();
         token = token_sh;
-        unsigned kind = (unsigned)red[0];
+        unsigned kind = kind_sh;
         __syncthreads();
         done = pass + 1;
         if (pass + 1 >= n_inputs && ((stop_mask >> kind) & 1)) break;

@@ -1,8 +1,8 @@
 //! The GPU engine: the chip layers' forward pass as one NVRTC-compiled CUDA kernel that
 //! runs many passes per launch (embedding, every chip layer, the token choice, feeding
 //! the choice back), so the host only reads the chosen tokens. The math is the sparse
-//! path's (inband-qwen35 `sparse`), with the layers' nonzero weights in CSR form in GPU
-//! memory; the CUDA libraries are loaded at run time (built without CUDA installed).
+//! path's (inband-qwen35 `sparse`), with the layers' nonzero weights in sliced-ELL form in
+//! GPU memory; the CUDA libraries are loaded at run time (built without CUDA installed).
 
 use std::sync::Arc;
 
@@ -31,21 +31,33 @@ struct Dims {
     dv: u32,
     hk: u32,
     hv: u32,
-    neurons: u32,
     layers: u32,
     eps: f32,
     kinds: u32,
+    fields: u32,
+    anchors: u32,
     kind_dim: u32,
     kind_fields: u32,
     kind_nfields: u32,
     kind_offset: u32,
-    kind_size: u32,
     field_size: u32,
     field_dim: u32,
-    anchors: u32,
     anchor_dim: u32,
     anchor_value: u32,
     chip_base: u32,
+    scratch: u32,
+    act: u32,
+}
+
+/// Mirrors the kernel's `Ell`: one sliced-ELL matrix.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+struct Ell {
+    slices: u32,
+    base: u32,
+    len: u32,
+    row_out: u32,
+    row_len: u32,
 }
 
 /// Mirrors the kernel's `Layer`: offsets into the index (I), weight (W) and state (S) arrays.
@@ -54,54 +66,39 @@ struct Dims {
 struct LayerOffsets {
     in_gain: u32,
     post_gain: u32,
+    xin: Ell,
     n_live: u32,
     live: u32,
-    qkv_ptr: u32,
-    qkv_col: u32,
-    qkv_val: u32,
     taps: u32,
     conv_state: u32,
-    b_ptr: u32,
-    b_col: u32,
-    b_val: u32,
-    a_ptr: u32,
-    a_col: u32,
-    a_val: u32,
+    z_at: u32,
+    b_at: u32,
+    a_at: u32,
     a_log: u32,
     dt_bias: u32,
     norm: u32,
-    z_ptr: u32,
-    z_col: u32,
-    z_val: u32,
-    n_out: u32,
-    out_rows: u32,
-    out_ptr: u32,
-    out_col: u32,
-    out_val: u32,
+    out: Ell,
+    gate_up: Ell,
     n_neur: u32,
-    neur: u32,
-    g_ptr: u32,
-    g_col: u32,
-    g_val: u32,
-    u_ptr: u32,
-    u_col: u32,
-    u_val: u32,
-    n_down: u32,
-    down_rows: u32,
-    d_ptr: u32,
-    d_col: u32,
-    d_val: u32,
+    down: Ell,
     rec: u32,
 }
 
 unsafe impl DeviceRepr for Dims {}
 unsafe impl DeviceRepr for LayerOffsets {}
 
+/// One projection row for the ELL builder: where its sum goes, and its nonzero
+/// (column, weight) pairs in ascending column order.
+type Row = (u32, Vec<(usize, f32)>);
+
 /// Flat arrays the kernel reads.
 #[derive(Default)]
 struct Flat {
     i: Vec<u32>,
     w: Vec<f32>,
+    /// ELL entries: columns and weights, index for index.
+    c: Vec<u16>,
+    v: Vec<f32>,
     state_len: usize,
 }
 
@@ -118,20 +115,37 @@ impl Flat {
         at
     }
 
-    /// CSR of the listed rows of `a` (in the listed order): (ptr, col, val) offsets.
-    fn csr(&mut self, a: &Array, rows: &[usize]) -> (u32, u32, u32) {
-        let mut ptr = vec![0u32];
-        let (mut col, mut val) = (Vec::new(), Vec::new());
-        for &r in rows {
-            for (c, &v) in a.row(r).iter().enumerate() {
-                if v != 0.0 {
-                    col.push(c as u32);
-                    val.push(v);
+    /// Sliced ELL of `rows`: sorted by length (longest first) so each slice of 32 pads
+    /// little, and stored column-major within a slice so a warp's loads are coalesced.
+    fn ell(&mut self, mut rows: Vec<Row>) -> anyhow::Result<Ell> {
+        rows.sort_by_key(|(_, entries)| std::cmp::Reverse(entries.len()));
+        let slices = rows.len().div_ceil(32);
+        let (mut base, mut len) = (Vec::new(), Vec::new());
+        let (mut row_out, mut row_len) = (vec![u32::MAX; slices * 32], vec![0u32; slices * 32]);
+        for (s, slice) in rows.chunks(32).enumerate() {
+            let longest = slice.iter().map(|(_, e)| e.len()).max().unwrap_or(0);
+            base.push(u32::try_from(self.c.len()).context("chip projections too large for the GPU kernel")?);
+            len.push(longest as u32);
+            for k in 0..longest {
+                for lane in 0..32 {
+                    let (col, val) = slice.get(lane).and_then(|(_, e)| e.get(k)).copied().unwrap_or((0, 0.0));
+                    self.c
+                        .push(u16::try_from(col).context("a projection input wider than 65536 for the GPU kernel")?);
+                    self.v.push(val);
                 }
             }
-            ptr.push(col.len() as u32);
+            for (lane, (target, entries)) in slice.iter().enumerate() {
+                row_out[s * 32 + lane] = *target;
+                row_len[s * 32 + lane] = entries.len() as u32;
+            }
         }
-        (self.ints(&ptr), self.ints(&col), self.floats(&val))
+        Ok(Ell {
+            slices: slices as u32,
+            base: self.ints(&base),
+            len: self.ints(&len),
+            row_out: self.ints(&row_out),
+            row_len: self.ints(&row_len),
+        })
     }
 
     fn state(&mut self, n: usize) -> u32 {
@@ -141,8 +155,22 @@ impl Flat {
     }
 }
 
+/// Row `r` of `a` as (target, nonzeros).
+fn row(a: &Array, r: usize, target: usize) -> Row {
+    let entries = a
+        .row(r)
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| **v != 0.0)
+        .map(|(c, v)| (c, *v))
+        .collect();
+    (target as u32, entries)
+}
+
 fn nonempty_rows(a: &Array) -> Vec<usize> {
-    (0..a.dims2().0).filter(|&r| a.row(r).iter().any(|v| *v != 0.0)).collect()
+    (0..a.dims2().0)
+        .filter(|&r| a.row(r).iter().any(|v| *v != 0.0))
+        .collect()
 }
 
 /// The chip on a GPU.
@@ -152,6 +180,8 @@ pub struct GpuChip {
     dims: CudaSlice<Dims>,
     layers: CudaSlice<LayerOffsets>,
     i: CudaSlice<u32>,
+    ell_cols: CudaSlice<u16>,
+    ell_vals: CudaSlice<f32>,
     w: CudaSlice<f32>,
     s: CudaSlice<f32>,
     /// passes done, conv ring position, last token.
@@ -168,7 +198,12 @@ pub struct GpuChip {
 /// Checks that the CUDA driver and NVRTC libraries can be loaded.
 pub fn available() -> anyhow::Result<()> {
     // SAFETY: only probes whether the shared libraries load.
-    let (driver, nvrtc) = unsafe { (cudarc::driver::sys::is_culib_present(), cudarc::nvrtc::sys::is_culib_present()) };
+    let (driver, nvrtc) = unsafe {
+        (
+            cudarc::driver::sys::is_culib_present(),
+            cudarc::nvrtc::sys::is_culib_present(),
+        )
+    };
     if !driver {
         bail!("no CUDA driver library (libcuda) on this machine: --device cuda needs an NVIDIA GPU and its driver");
     }
@@ -196,6 +231,7 @@ impl GpuChip {
         }
         let mut f = Flat::default();
         let mut offsets = Vec::new();
+        let (mut scratch, mut act) = (0usize, 0usize);
         let mut recurrent = Vec::new();
         for layer in &chip.layers {
             let DecoderLayer {
@@ -209,7 +245,13 @@ impl GpuChip {
             };
             let mut o = LayerOffsets {
                 in_gain: f.floats(&input_layernorm.data.iter().map(|w| 1.0 + w).collect::<Vec<_>>()),
-                post_gain: f.floats(&post_attention_layernorm.data.iter().map(|w| 1.0 + w).collect::<Vec<_>>()),
+                post_gain: f.floats(
+                    &post_attention_layernorm
+                        .data
+                        .iter()
+                        .map(|w| 1.0 + w)
+                        .collect::<Vec<_>>(),
+                ),
                 ..Default::default()
             };
             let live: Vec<usize> = (0..c.conv_dim())
@@ -217,35 +259,68 @@ impl GpuChip {
                 .collect();
             o.n_live = live.len() as u32;
             o.live = f.ints(&live.iter().map(|x| *x as u32).collect::<Vec<_>>());
-            (o.qkv_ptr, o.qkv_col, o.qkv_val) = f.csr(&g.in_proj_qkv, &live);
             let taps: Vec<f32> = live.iter().flat_map(|&ch| g.conv1d.row(ch).to_vec()).collect();
             o.taps = f.floats(&taps);
             o.conv_state = f.state(3 * live.len());
-            let heads: Vec<usize> = (0..hv).collect();
-            (o.b_ptr, o.b_col, o.b_val) = f.csr(&g.in_proj_b, &heads);
-            (o.a_ptr, o.a_col, o.a_val) = f.csr(&g.in_proj_a, &heads);
+            // Scratch for the input projections: live qkv channels | z | b | a; every row
+            // is listed (empty ones write 0) because the MLP reuses the scratch.
+            (o.z_at, o.b_at, o.a_at) = (
+                live.len() as u32,
+                (live.len() + hv * dv) as u32,
+                (live.len() + hv * dv + hv) as u32,
+            );
+            let mut xin: Vec<Row> = live
+                .iter()
+                .enumerate()
+                .map(|(i, &ch)| row(&g.in_proj_qkv, ch, i))
+                .collect();
+            xin.extend((0..hv * dv).map(|r| row(&g.in_proj_z, r, o.z_at as usize + r)));
+            xin.extend((0..hv).map(|r| row(&g.in_proj_b, r, o.b_at as usize + r)));
+            xin.extend((0..hv).map(|r| row(&g.in_proj_a, r, o.a_at as usize + r)));
+            scratch = scratch.max(xin.len());
+            o.xin = f.ell(xin)?;
             o.a_log = f.floats(&g.a_log.data);
             o.dt_bias = f.floats(&g.dt_bias.data);
             o.norm = f.floats(&g.norm.data);
-            let zrows: Vec<usize> = (0..hv * dv).collect();
-            (o.z_ptr, o.z_col, o.z_val) = f.csr(&g.in_proj_z, &zrows);
-            let out = nonempty_rows(&g.out_proj);
-            o.n_out = out.len() as u32;
-            o.out_rows = f.ints(&out.iter().map(|x| *x as u32).collect::<Vec<_>>());
-            (o.out_ptr, o.out_col, o.out_val) = f.csr(&g.out_proj, &out);
+            o.out = f.ell(
+                nonempty_rows(&g.out_proj)
+                    .into_iter()
+                    .map(|r| row(&g.out_proj, r, r))
+                    .collect(),
+            )?;
+            // Neurons whose gate and up rows are both nonzero, numbered compactly.
             let neurons: Vec<usize> = (0..c.intermediate_size)
                 .filter(|&n| {
                     mlp.gate_proj.row(n).iter().any(|v| *v != 0.0) && mlp.up_proj.row(n).iter().any(|v| *v != 0.0)
                 })
                 .collect();
-            o.n_neur = neurons.len() as u32;
-            o.neur = f.ints(&neurons.iter().map(|x| *x as u32).collect::<Vec<_>>());
-            (o.g_ptr, o.g_col, o.g_val) = f.csr(&mlp.gate_proj, &neurons);
-            (o.u_ptr, o.u_col, o.u_val) = f.csr(&mlp.up_proj, &neurons);
-            let down = nonempty_rows(&mlp.down_proj);
-            o.n_down = down.len() as u32;
-            o.down_rows = f.ints(&down.iter().map(|x| *x as u32).collect::<Vec<_>>());
-            (o.d_ptr, o.d_col, o.d_val) = f.csr(&mlp.down_proj, &down);
+            let n = neurons.len();
+            o.n_neur = n as u32;
+            scratch = scratch.max(2 * n);
+            act = act.max(n);
+            let mut gate_up: Vec<Row> = neurons
+                .iter()
+                .enumerate()
+                .map(|(i, &r)| row(&mlp.gate_proj, r, i))
+                .collect();
+            gate_up.extend(neurons.iter().enumerate().map(|(i, &r)| row(&mlp.up_proj, r, n + i)));
+            o.gate_up = f.ell(gate_up)?;
+            // Down over the compact numbering (a dead neuron's activation is 0: its terms are dropped).
+            let compact: std::collections::HashMap<usize, usize> =
+                neurons.iter().enumerate().map(|(i, &r)| (r, i)).collect();
+            let down: Vec<Row> = nonempty_rows(&mlp.down_proj)
+                .into_iter()
+                .map(|r| {
+                    let (t, e) = row(&mlp.down_proj, r, r);
+                    (
+                        t,
+                        e.into_iter()
+                            .filter_map(|(col, v)| compact.get(&col).map(|&i| (i, v)))
+                            .collect(),
+                    )
+                })
+                .collect();
+            o.down = f.ell(down)?;
             o.rec = f.state(hv * dk * dv);
             recurrent.push(o.rec);
             offsets.push(o);
@@ -262,15 +337,21 @@ impl GpuChip {
             dv: dv as u32,
             hk: hk as u32,
             hv: hv as u32,
-            neurons: c.intermediate_size as u32,
             layers: chip.layers.len() as u32,
             eps: c.rms_norm_eps as f32,
             kinds: spec.kinds.len() as u32,
+            fields: spec.fields.len() as u32,
+            scratch: scratch as u32,
+            act: act as u32,
             anchors: layout.anchors.len() as u32,
             chip_base: layout.hidden as u32,
             ..Default::default()
         };
-        d.kind_dim = f.ints(&(0..spec.kinds.len()).map(|k| dim(chip.circuit.kind(k))).collect::<Vec<_>>());
+        d.kind_dim = f.ints(
+            &(0..spec.kinds.len())
+                .map(|k| dim(chip.circuit.kind(k)))
+                .collect::<Vec<_>>(),
+        );
         let mut kf = Vec::new();
         for kind in &spec.kinds {
             if kind.fields.len() > 8 {
@@ -282,12 +363,23 @@ impl GpuChip {
         }
         d.kind_fields = f.ints(&kf);
         d.kind_nfields = f.ints(&spec.kinds.iter().map(|k| k.fields.len() as u32).collect::<Vec<_>>());
-        d.kind_offset = f.ints(&(0..spec.kinds.len()).map(|k| spec.kind_offset(k) as u32).collect::<Vec<_>>());
-        d.kind_size = f.ints(&(0..spec.kinds.len()).map(|k| spec.kind_size(k) as u32).collect::<Vec<_>>());
+        d.kind_offset = f.ints(
+            &(0..spec.kinds.len())
+                .map(|k| spec.kind_offset(k) as u32)
+                .collect::<Vec<_>>(),
+        );
         d.field_size = f.ints(&spec.fields.iter().map(|x| x.size as u32).collect::<Vec<_>>());
-        d.field_dim = f.ints(&(0..spec.fields.len()).map(|x| dim(chip.circuit.field(x)[0])).collect::<Vec<_>>());
+        d.field_dim = f.ints(
+            &(0..spec.fields.len())
+                .map(|x| dim(chip.circuit.field(x)[0]))
+                .collect::<Vec<_>>(),
+        );
         d.anchor_dim = f.ints(&layout.anchors.iter().map(|(dm, _)| *dm as u32).collect::<Vec<_>>());
         d.anchor_value = f.floats(&layout.anchors.iter().map(|(_, v)| *v).collect::<Vec<_>>());
+        // The kernel's exact residual norm relies on the anchors being the first chip dims.
+        if layout.anchors.iter().enumerate().any(|(i, (dm, _))| *dm != i) {
+            bail!("the chip's anchors are not its first dimensions");
+        }
         // Field values must sit in consecutive dims for the kernel's indexing.
         for (x, field) in spec.fields.iter().enumerate() {
             let s = chip.circuit.field(x);
@@ -313,9 +405,12 @@ impl GpuChip {
         .context("NVRTC could not compile the chip kernel")?;
         let module = ctx.load_module(ptx).context("loading the chip kernel")?;
         let kernel = module.load_function("chip_passes")?;
-        let shared_floats =
-            2 * width + c.conv_dim() + hv * dv + c.intermediate_size + (THREADS as usize / 32 + 1);
-        let shared_bytes = (shared_floats * 4) as u32;
+        if spec.kinds.len() > 32 || spec.fields.len() > 64 {
+            bail!("the GPU chip kernel handles up to 32 token kinds and 64 fields");
+        }
+        // hidden, normed, conv output, head outputs, scratch, activations, layer table.
+        let shared_floats = 2 * width + c.conv_dim() + hv * dv + scratch + act;
+        let shared_bytes = (shared_floats * 4 + offsets.len() * std::mem::size_of::<LayerOffsets>()) as u32;
         kernel.set_attribute(
             CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
             shared_bytes as i32,
@@ -324,6 +419,8 @@ impl GpuChip {
         let layers = stream.clone_htod(&offsets)?;
         let i = stream.clone_htod(&f.i)?;
         let w = stream.clone_htod(&f.w)?;
+        let ell_cols = stream.clone_htod(&f.c)?;
+        let ell_vals = stream.clone_htod(&f.v)?;
         let s = stream.alloc_zeros::<f32>(f.state_len.max(1))?;
         let ctl = stream.clone_htod(&[0u32, 0, 0])?;
         let outputs = stream.alloc_zeros::<u32>(LOOKAHEAD.max(8192))?;
@@ -333,6 +430,8 @@ impl GpuChip {
             dims,
             layers,
             i,
+            ell_cols,
+            ell_vals,
             w,
             s,
             ctl,
@@ -353,7 +452,11 @@ impl GpuChip {
         while out.len() < max {
             let chunk_inputs = &inputs[given.min(inputs.len())..(given + cap).min(inputs.len())];
             let n = (max - out.len()).min(cap);
-            let input_dev = self.stream.clone_htod(if chunk_inputs.is_empty() { &[0u32][..] } else { chunk_inputs })?;
+            let input_dev = self.stream.clone_htod(if chunk_inputs.is_empty() {
+                &[0u32][..]
+            } else {
+                chunk_inputs
+            })?;
             let (n_inputs, n_max) = (chunk_inputs.len() as u32, n as u32);
             let cfg = LaunchConfig {
                 grid_dim: (1, 1, 1),
@@ -365,6 +468,8 @@ impl GpuChip {
                 .arg(&self.dims)
                 .arg(&self.layers)
                 .arg(&self.i)
+                .arg(&self.ell_cols)
+                .arg(&self.ell_vals)
                 .arg(&self.w)
                 .arg(&mut self.s)
                 .arg(&input_dev)

@@ -237,7 +237,11 @@ impl<'a> ChipMachine<'a> {
     }
 
     /// Boots `image` on any pass engine running `chip`'s layers.
-    pub fn boot_on(chip: &'a Rv32Chip, mut runner: Box<dyn PassEngine + 'a>, image: &ProgramImage) -> Result<Self, ChipError> {
+    pub fn boot_on(
+        chip: &'a Rv32Chip,
+        mut runner: Box<dyn PassEngine + 'a>,
+        image: &ProgramImage,
+    ) -> Result<Self, ChipError> {
         let mut tokens = boot_tokens(image)?;
         let last = tokens.pop().expect("boot ends with x");
         for chunk in tokens.chunks(4096) {

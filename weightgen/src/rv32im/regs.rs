@@ -45,7 +45,11 @@ impl RegValue {
     /// A value from its 32 bit signals; `onehot` holds the one-hot nibbles only for the
     /// port whose consumers need them (store data), and is empty otherwise.
     fn from_bits(bits: Vec<Expr>, onehot: Vec<Vec<Expr>>) -> Self {
-        Self { nibbles: super::wires::nibble_values(&bits), bits, onehot }
+        Self {
+            nibbles: super::wires::nibble_values(&bits),
+            bits,
+            onehot,
+        }
     }
 }
 
@@ -190,7 +194,12 @@ pub fn build(
             let names: Vec<String> = outs.iter().map(|(n, _, _)| n.clone()).collect();
             let signals = c.read(&format!("{name}.{part}"), mem, factored(digits, 0), None, outs);
             memories.push(mem);
-            reads.push(names.into_iter().zip(signals.iter().map(|s| Expr::signal(*s))).collect());
+            reads.push(
+                names
+                    .into_iter()
+                    .zip(signals.iter().map(|s| Expr::signal(*s)))
+                    .collect(),
+            );
         }
         let get = |m: usize, n: &str| reads[m].get(n).cloned().unwrap_or_else(Expr::zero);
         let class = |e: usize| get(0, &format!("e{e}"));
