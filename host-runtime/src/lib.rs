@@ -8,11 +8,15 @@
 //! - [`status`]: the process exit statuses `inband` uses, in one place;
 //! - [`vm`]: VM mode: a program booted into the RV32IM chip layers and run there;
 //! - [`spliced`]: a spliced checkpoint opened for VM mode;
+//! - [`text`]: text mode: Qwen's own layers, the checkpoint's tokenizer, generation;
+//! - [`inband`]: in-band execution: code regions in generated text run in the chip;
 //! - `gpu` (feature `cuda`): the chip layers as one CUDA kernel.
 
 #[cfg(feature = "cuda")]
 pub mod gpu;
+pub mod inband;
 pub mod program;
 pub mod spliced;
 pub mod status;
+pub mod text;
 pub mod vm;

@@ -125,6 +125,77 @@ enum Command {
         #[arg(long)]
         toolchain: Option<PathBuf>,
     },
+    /// Text mode: generate from a prompt with Qwen's own layers (a spliced checkpoint's
+    /// chip layers are skipped; its base tensors are read back at the base width).
+    #[command(
+        after_help = "Examples:\n  inband generate --model spliced --prompt \"The answer is\" --max-tokens 16\n  \
+        inband generate --model spliced --prompt \"Once\" --temperature 0.8 --seed 7\n\n\
+        Runs on the CPU. --logits PREFIX writes PREFIX.json (every token id) and PREFIX.f32\n\
+        (little-endian f32 logits, one row per position from the first prompt token on),\n\
+        for comparison with another runner."
+    )]
+    Generate {
+        /// The checkpoint (spliced or not).
+        #[arg(long)]
+        model: PathBuf,
+        /// The prompt text.
+        #[arg(long)]
+        prompt: String,
+        /// Tokens to generate at most (generation also stops at the end-of-sequence token).
+        #[arg(long, default_value_t = 32)]
+        max_tokens: usize,
+        /// 0 for greedy decoding; otherwise softmax sampling at this temperature.
+        #[arg(long, default_value_t = 0.0)]
+        temperature: f32,
+        /// Seed of the sampler.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Write every position's logits to PREFIX.f32 and the token ids to PREFIX.json.
+        #[arg(long)]
+        logits: Option<PathBuf>,
+        /// Text the model is made to write first (as if it had chosen those tokens), e.g.
+        /// code regions; generation continues after it.
+        #[arg(long, default_value = "")]
+        force: String,
+        /// Do not run code regions (`[C: expr]`, ```c blocks) in the chip.
+        #[arg(long)]
+        no_exec: bool,
+        /// (in-band execution) Where the chip runs: cpu, or cuda[:N].
+        #[arg(long, default_value = "cpu", value_parser = parse_device)]
+        vm_device: vm::Device,
+        /// (in-band execution) Instructions one code region may retire.
+        #[arg(long, default_value_t = 2_000_000)]
+        max_instructions: u64,
+        /// (in-band execution) Report each region's compile, boot and run time on stderr.
+        #[arg(long)]
+        stats: bool,
+        /// Toolchain folder holding bin/riscv64-unknown-elf-gcc (default: $INBAND_TOOLCHAIN or PATH).
+        #[arg(long)]
+        toolchain: Option<PathBuf>,
+    },
+    /// VM speed: run a set of programs in the chip and print steps/s, instructions/s and
+    /// forward passes per instruction as a table.
+    #[command(
+        after_help = "Examples:\n  inband bench\n  inband bench --device cuda --model spliced hello.elf sort.elf\n\n\
+        Without programs: firmware/examples/{hello,strings,int64}.c. Each program's output is\n\
+        compared with the golden engine's; a difference fails the bench."
+    )]
+    Bench {
+        /// Programs (C/assembly source or ELF).
+        programs: Vec<PathBuf>,
+        /// Where the chip layers run: cpu, or cuda[:N] (needs a CUDA build).
+        #[arg(long, default_value = "cpu", value_parser = parse_device)]
+        device: vm::Device,
+        /// The Qwen3.5 shape the chip layers are compiled for (without --model).
+        #[arg(long, default_value = "0.8b", value_parser = parse_shape)]
+        shape: Shape,
+        /// Run the chip layers of this spliced checkpoint.
+        #[arg(long)]
+        model: Option<PathBuf>,
+        /// Toolchain folder holding bin/riscv64-unknown-elf-gcc (default: $INBAND_TOOLCHAIN or PATH).
+        #[arg(long)]
+        toolchain: Option<PathBuf>,
+    },
 }
 
 /// Prints `message` as one line on stderr.
@@ -206,7 +277,187 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Command::Generate {
+            model,
+            prompt,
+            max_tokens,
+            temperature,
+            seed,
+            logits,
+            force,
+            no_exec,
+            vm_device,
+            max_instructions,
+            stats,
+            toolchain,
+        } => match generate(&GenerateArgs {
+            dir: model,
+            prompt,
+            max_tokens,
+            temperature,
+            seed,
+            logits,
+            force,
+            exec: !no_exec,
+            vm_device,
+            max_instructions,
+            stats,
+            toolchain,
+        }) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                report_error(&e);
+                ExitCode::from(status::BUILD_OR_LOAD_FAILED)
+            }
+        },
+        Command::Bench {
+            programs,
+            device,
+            shape,
+            model,
+            toolchain,
+        } => {
+            let source = match &model {
+                Some(dir) => ChipSource::Checkpoint(dir.clone()),
+                None => ChipSource::Shape(shape),
+            };
+            match bench(&programs, &source, device, toolchain.as_deref()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    report_error(&e);
+                    ExitCode::FAILURE
+                }
+            }
+        }
     }
+}
+
+struct GenerateArgs {
+    dir: PathBuf,
+    prompt: String,
+    max_tokens: usize,
+    temperature: f32,
+    seed: u64,
+    logits: Option<PathBuf>,
+    force: String,
+    exec: bool,
+    vm_device: vm::Device,
+    max_instructions: u64,
+    stats: bool,
+    toolchain: Option<PathBuf>,
+}
+
+fn generate(a: &GenerateArgs) -> anyhow::Result<()> {
+    use inband_host_runtime::inband::{Executor, Region};
+    use inband_host_runtime::text::{Sampling, TextModel};
+    let model = TextModel::open(&a.dir)?;
+    let ids = model.encode(&a.prompt)?;
+    let forced = model.encode_forced(&a.force)?;
+    let sampling = if a.temperature > 0.0 {
+        Sampling::Temperature(a.temperature, a.seed)
+    } else {
+        Sampling::Greedy
+    };
+    // In-band execution needs the checkpoint's chip.
+    let chip = if a.exec && model.spliced {
+        Some(inband_host_runtime::spliced::SplicedModel::open(&a.dir)?.chip()?)
+    } else {
+        None
+    };
+    let executor = chip.as_ref().map(|chip| Executor {
+        chip,
+        device: a.vm_device,
+        toolchain: Toolchain::locate(a.toolchain.as_deref()).ok(),
+        budget: a.max_instructions,
+    });
+    let mut stdout = std::io::stdout().lock();
+    let _ = write!(stdout, "{}", a.prompt);
+    let generation = model.generate(&ids, &forced, a.max_tokens, sampling, executor.as_ref(), &mut stdout)?;
+    let _ = writeln!(stdout);
+    if a.stats {
+        for (region, e) in &generation.executions {
+            let what = match region {
+                Region::Expression(x) => format!("[C: {x}]"),
+                Region::Program(_) => "```c block".to_string(),
+            };
+            eprintln!(
+                "exec: {what}: compile {:.2} s, boot {:.2} s, run {:.2} s ({} instructions, {} forward passes)",
+                e.compile_seconds, e.boot_seconds, e.run_seconds, e.instructions, e.forward_passes
+            );
+        }
+    }
+    if let Some(prefix) = &a.logits {
+        let rows = &generation.rows;
+        let mut bytes = Vec::with_capacity(rows.len() * rows.first().map_or(0, |r| r.len()) * 4);
+        for row in rows {
+            for v in row {
+                bytes.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+        let json = serde_json::json!({
+            "ids": generation.ids,
+            "prompt_tokens": ids.len(),
+            "rows": rows.len(),
+            "vocab": rows.first().map_or(0, |r| r.len()),
+        });
+        std::fs::write(prefix.with_extension("f32"), bytes)?;
+        std::fs::write(prefix.with_extension("json"), json.to_string())?;
+    }
+    Ok(())
+}
+
+/// Runs each program in the chip (and on the golden engine, for its output) and prints a table.
+fn bench(
+    programs: &[PathBuf],
+    source: &ChipSource,
+    device: vm::Device,
+    toolchain: Option<&std::path::Path>,
+) -> anyhow::Result<()> {
+    let defaults: Vec<PathBuf> = ["hello", "strings", "int64"]
+        .iter()
+        .map(|p| PathBuf::from(format!("firmware/examples/{p}.c")))
+        .collect();
+    let programs = if programs.is_empty() { &defaults[..] } else { programs };
+    let chip = match source {
+        ChipSource::Shape(shape) => vm::build_chip(&shape.config())?,
+        ChipSource::Checkpoint(dir) => inband_host_runtime::spliced::SplicedModel::open(dir)?.chip()?,
+    };
+    println!("| program | device | instructions | forward passes | passes/instruction | steps/s | instructions/s |");
+    println!("|---|---|---|---|---|---|---|");
+    for path in programs {
+        let image = program::load_program(path, toolchain)?;
+        let mut golden = Machine::new(&image, Environment::BareMetal);
+        let golden_end = golden.run(4_000_000_000);
+        let mut console = Vec::new();
+        let run = vm::run(&chip, device, &image, 4_000_000_000, false, None, &mut console)?;
+        if console != golden.console {
+            anyhow::bail!("{}: the chip's output differs from the golden engine's", path.display());
+        }
+        if !matches!((&run.end, &golden_end), (ChipEnd::Exited(a), RunEnd::Exited(b)) if a == b) {
+            anyhow::bail!(
+                "{}: the chip ended with {:?}, golden with {:?}",
+                path.display(),
+                run.end,
+                golden_end
+            );
+        }
+        let c = run.counts;
+        let seconds = run.run_seconds.max(1e-9);
+        println!(
+            "| {} | {} | {} | {} | {:.3} | {:.0} | {:.0} |",
+            path.file_stem().map(|s| s.to_string_lossy()).unwrap_or_default(),
+            match device {
+                vm::Device::Cpu => "cpu".to_string(),
+                vm::Device::Cuda(n) => format!("cuda:{n}"),
+            },
+            c.retired,
+            c.passes,
+            c.passes as f64 / c.retired.max(1) as f64,
+            c.passes as f64 / seconds,
+            c.retired as f64 / seconds,
+        );
+    }
+    Ok(())
 }
 
 /// Instructions between console flushes.

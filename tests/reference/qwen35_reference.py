@@ -4,6 +4,7 @@
     qwen35_reference.py random-model DIR      write a small random Qwen3_5ForCausalLM to DIR
     qwen35_reference.py logits DIR IDS...     print JSON {prefill, decode} logits for the token ids
     qwen35_reference.py compare-text BASE SPLICED   text-mode logits of a spliced checkpoint vs its base
+    qwen35_reference.py compare-generate DIR PREFIX  `inband generate --logits PREFIX` vs transformers on DIR
 
 Used by the exactness suites where torch and transformers are installed (a development
 venv, or the GPU machine); nothing here runs in CI.
@@ -79,11 +80,35 @@ def compare_text_logits(base_dir, spliced_dir, prompts=8, length=12, seed=0):
     print()
 
 
+def compare_generate(model_dir, prefix):
+    """Stock transformers' logits on the ids `inband generate` produced (one prefill over
+    all of them) against inband's rows. Prints JSON."""
+    import numpy as np
+    from transformers import AutoModelForImageTextToText
+
+    meta = json.load(open(prefix + ".json"))
+    ours = torch.from_numpy(np.fromfile(prefix + ".f32", dtype="<f4").reshape(meta["rows"], meta["vocab"]))
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = AutoModelForImageTextToText.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="eager")
+    model = model.to(device).eval()
+    ids = torch.tensor([meta["ids"]], device=device)
+    with torch.no_grad():
+        theirs = model(input_ids=ids).logits[0, : meta["rows"], : meta["vocab"]].float().cpu()
+    diff = (theirs - ours).abs().max().item()
+    same = bool((theirs.argmax(-1) == ours.argmax(-1)).all())
+    # The continuation was chosen greedily by inband; transformers agreeing on every
+    # generated token means it would have generated the same text.
+    print(json.dumps({"positions": meta["rows"], "max_abs_diff": diff, "same_greedy": same,
+                      "largest_logit": theirs.abs().max().item(), "device": device}))
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "random-model":
         random_model(sys.argv[2])
     elif sys.argv[1] == "compare-text":
         compare_text_logits(sys.argv[2], sys.argv[3])
+    elif sys.argv[1] == "compare-generate":
+        compare_generate(sys.argv[2], sys.argv[3])
     elif sys.argv[1] == "logits":
         logits(sys.argv[2], [int(i) for i in sys.argv[3:]])
     else:

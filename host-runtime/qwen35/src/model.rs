@@ -26,21 +26,31 @@ pub struct ModelState {
 impl DenseModel {
     /// Loads every layer of a checkpoint.
     pub fn from_checkpoint(ck: &Checkpoint, device: &Device) -> anyhow::Result<Self> {
-        let c = &ck.config;
-        let p = ck.text_prefix();
-        let embed_name = format!("{p}embed_tokens.weight");
-        let embed = ck.tensor(&embed_name)?;
+        Self::from_source(&ck.config, ck.text_prefix(), ck, device)
+    }
+
+    /// Loads the model `config` describes from any tensor source (`prefix`: the text
+    /// model's tensor-name prefix, e.g. `model.language_model.`).
+    pub fn from_source(
+        config: &TextConfig,
+        prefix: &str,
+        source: &dyn TensorSource,
+        device: &Device,
+    ) -> anyhow::Result<Self> {
+        let c = config;
+        let p = prefix;
+        let embed = source.tensor(&format!("{p}embed_tokens.weight"))?;
         let lm_head = if c.tie_word_embeddings {
             embed.clone()
         } else {
-            ck.tensor("lm_head.weight")?
+            source.tensor("lm_head.weight")?
         };
         let mut layers = Vec::with_capacity(c.num_hidden_layers);
         for (i, kind) in c.layer_types.iter().enumerate() {
-            let layer = DecoderLayer::load(ck, &format!("{p}layers.{i}."), *kind, c)?;
+            let layer = DecoderLayer::load(source, &format!("{p}layers.{i}."), *kind, c)?;
             layers.push(DenseLayer::new(&layer, c, device)?);
         }
-        let norm = ck.tensor(&format!("{p}norm.weight"))?;
+        let norm = source.tensor(&format!("{p}norm.weight"))?;
         Ok(Self {
             config: c.clone(),
             embed: tensor(&embed, device)?,

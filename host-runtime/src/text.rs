@@ -1,0 +1,254 @@
+//! Text mode: Qwen's own layers with the checkpoint's tokenizer, greedy or sampled.
+//!
+//! A spliced checkpoint is read through its base view: the chip layers are skipped and
+//! every base tensor is cut back to the base width (what `weight-surgery strip` writes),
+//! so text mode computes exactly what the base checkpoint computes, bit for bit.
+
+use std::collections::VecDeque;
+use std::io::Write;
+use std::path::Path;
+
+use anyhow::{bail, Context};
+use candle_core::Device;
+use inband_model_surgery::strip::Unsplicer;
+use inband_qwen35::checkpoint::{to_f32, Checkpoint};
+use inband_qwen35::model::{DenseModel, ModelState};
+use inband_qwen35::weights::{Array, TensorSource, WeightError};
+use rand::{Rng, SeedableRng};
+use tokenizers::Tokenizer;
+
+use crate::inband::{Execution, Executor, Region};
+
+/// The base model's tensors as stored inside a spliced checkpoint.
+struct BaseView(Unsplicer);
+
+impl TensorSource for BaseView {
+    fn tensor(&self, name: &str) -> Result<Array, WeightError> {
+        let (_, dtype, shape) = self
+            .0
+            .base_tensors
+            .get(name)
+            .ok_or_else(|| WeightError::Missing(name.to_string()))?;
+        let mut bytes = Vec::new();
+        let read = |message: String| WeightError::Read {
+            name: name.into(),
+            message,
+        };
+        self.0.produce(name, &mut bytes).map_err(|e| read(e.to_string()))?;
+        let data = to_f32(*dtype, &bytes).map_err(read)?;
+        Ok(Array {
+            shape: shape.clone(),
+            data,
+        })
+    }
+}
+
+/// A checkpoint opened for text generation.
+pub struct TextModel {
+    pub model: DenseModel,
+    pub tokenizer: Tokenizer,
+    /// Token ids that end a generation (generation_config.json's eos_token_id).
+    pub eos: Vec<u32>,
+    /// Whether the checkpoint holds a chip (its layers are skipped in text mode).
+    pub spliced: bool,
+}
+
+/// How the next token is picked.
+#[derive(Debug, Clone, Copy)]
+pub enum Sampling {
+    Greedy,
+    /// Softmax sampling at this temperature, from a seeded generator.
+    Temperature(f32, u64),
+}
+
+impl TextModel {
+    pub fn open(dir: &Path) -> anyhow::Result<Self> {
+        let checkpoint = Checkpoint::open(dir).with_context(|| format!("cannot open {}", dir.display()))?;
+        let device = Device::Cpu;
+        let spliced = checkpoint.raw_config.get("inband").is_some();
+        let model = if spliced {
+            let opened = crate::spliced::SplicedModel::open(dir)?;
+            let view = BaseView(Unsplicer::open(dir).map_err(anyhow::Error::msg)?);
+            DenseModel::from_source(&opened.base, &opened.section.text_prefix, &view, &device)?
+        } else {
+            DenseModel::from_checkpoint(&checkpoint, &device)?
+        };
+        let tokenizer = Tokenizer::from_file(dir.join("tokenizer.json"))
+            .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", dir.join("tokenizer.json").display()))?;
+        let eos = eos_ids(dir);
+        Ok(Self {
+            model,
+            tokenizer,
+            eos,
+            spliced,
+        })
+    }
+
+    pub fn encode(&self, text: &str) -> anyhow::Result<Vec<u32>> {
+        Ok(self
+            .tokenizer
+            .encode(text, false)
+            .map_err(|e| anyhow::anyhow!("tokenizer: {e}"))?
+            .get_ids()
+            .to_vec())
+    }
+
+    pub fn decode(&self, ids: &[u32]) -> anyhow::Result<String> {
+        self.tokenizer
+            .decode(ids, false)
+            .map_err(|e| anyhow::anyhow!("tokenizer: {e}"))
+    }
+
+    /// Tokenises a forced continuation, cut after every code region so that each
+    /// region ends on a token boundary (where its result is injected).
+    pub fn encode_forced(&self, text: &str) -> anyhow::Result<Vec<u32>> {
+        let mut ids = Vec::new();
+        let mut rest = text;
+        while let Some((_, end)) = crate::inband::closed_region(rest) {
+            ids.extend(self.encode(&rest[..end])?);
+            rest = &rest[end..];
+        }
+        ids.extend(self.encode(rest)?);
+        Ok(ids)
+    }
+
+    /// Generates after `prompt`: first the `forced` tokens (as if the model had chosen
+    /// them), then up to `max_tokens` chosen ones; streams the text to `out`. With an
+    /// executor, every code region that closes in the generated text is run in the chip
+    /// and its result injected as ordinary tokens before generation goes on.
+    pub fn generate(
+        &self,
+        prompt: &[u32],
+        forced: &[u32],
+        max_tokens: usize,
+        sampling: Sampling,
+        executor: Option<&Executor>,
+        out: &mut dyn Write,
+    ) -> anyhow::Result<Generation> {
+        if prompt.is_empty() {
+            bail!("the prompt encodes to no tokens");
+        }
+        let mut state: ModelState = self.model.new_state()?;
+        let mut rng = match sampling {
+            Sampling::Temperature(_, seed) => Some(rand::rngs::StdRng::seed_from_u64(seed)),
+            Sampling::Greedy => None,
+        };
+        let mut queue: VecDeque<u32> = forced.iter().copied().collect();
+        let mut ids = prompt.to_vec();
+        let mut rows: Vec<Vec<f32>> = self.model.logits(prompt, &mut state)?.to_vec2()?;
+        let mut executions = Vec::new();
+        let mut shown = 0;
+        // Byte offset in the generated text where the next region may start.
+        let mut region_from = 0;
+        let mut injecting_until: Option<usize> = None;
+        let mut chosen = 0;
+        loop {
+            let next = match queue.pop_front() {
+                Some(t) => t,
+                None if chosen < max_tokens => {
+                    chosen += 1;
+                    let last = rows.last().expect("at least one row");
+                    match (sampling, rng.as_mut()) {
+                        (Sampling::Temperature(t, _), Some(rng)) if t > 0.0 => sample(last, t, rng),
+                        _ => argmax(last),
+                    }
+                }
+                None => break,
+            };
+            ids.push(next);
+            let text = self.decode(&ids[prompt.len()..])?;
+            if text.len() > shown && text.is_char_boundary(shown) {
+                let _ = out.write_all(&text.as_bytes()[shown..]);
+                let _ = out.flush();
+                shown = text.len();
+            }
+            rows.extend(self.model.logits(&[next], &mut state)?.to_vec2::<f32>()?);
+            match injecting_until {
+                // The injected text itself is never scanned for regions.
+                Some(n) if ids.len() < n => continue,
+                Some(_) => {
+                    region_from = text.len();
+                    injecting_until = None;
+                }
+                None => {}
+            }
+            if let Some(executor) = executor {
+                if let Some((region, _)) = text.get(region_from..).and_then(crate::inband::closed_region) {
+                    let execution = executor.execute(&region);
+                    let injected = self.encode(&execution.injected)?;
+                    // Injected tokens go first, then whatever was still forced.
+                    for t in injected.iter().rev() {
+                        queue.push_front(*t);
+                    }
+                    injecting_until = Some(ids.len() + injected.len());
+                    if injected.is_empty() {
+                        region_from = text.len();
+                    }
+                    executions.push((region, execution));
+                    continue;
+                }
+            }
+            if queue.is_empty() && self.eos.contains(&next) {
+                break;
+            }
+        }
+        Ok(Generation {
+            ids,
+            rows,
+            state,
+            executions,
+        })
+    }
+}
+
+/// What a generation produced.
+pub struct Generation {
+    /// Prompt and continuation.
+    pub ids: Vec<u32>,
+    /// Per position, the logits after that token.
+    pub rows: Vec<Vec<f32>>,
+    /// Qwen's caches and recurrent states at the end.
+    pub state: ModelState,
+    /// Each code region run, with its result.
+    pub executions: Vec<(Region, Execution)>,
+}
+
+/// The first maximum (the lowest id on ties, as torch's argmax).
+pub fn argmax(row: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, v) in row.iter().enumerate() {
+        if *v > row[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+fn sample(row: &[f32], temperature: f32, rng: &mut impl Rng) -> u32 {
+    let max = row.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+    let weights: Vec<f64> = row.iter().map(|v| (((v - max) / temperature) as f64).exp()).collect();
+    let total: f64 = weights.iter().sum();
+    let mut x = rng.random::<f64>() * total;
+    for (i, w) in weights.iter().enumerate() {
+        x -= w;
+        if x <= 0.0 {
+            return i as u32;
+        }
+    }
+    argmax(row)
+}
+
+/// generation_config.json's eos_token_id (a number or a list); none when absent.
+fn eos_ids(dir: &Path) -> Vec<u32> {
+    let Ok(text) = std::fs::read_to_string(dir.join("generation_config.json")) else {
+        return Vec::new();
+    };
+    let Ok(value) = serde_json::from_str::<serde_json::Value>(&text) else {
+        return Vec::new();
+    };
+    match value.get("eos_token_id") {
+        Some(serde_json::Value::Number(n)) => n.as_u64().map(|v| vec![v as u32]).unwrap_or_default(),
+        Some(serde_json::Value::Array(a)) => a.iter().filter_map(|v| v.as_u64()).map(|v| v as u32).collect(),
+        _ => Vec::new(),
+    }
+}
