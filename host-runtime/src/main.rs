@@ -135,43 +135,28 @@ enum Command {
         for comparison with another runner."
     )]
     Generate {
-        /// The checkpoint (spliced or not).
-        #[arg(long)]
-        model: PathBuf,
         /// The prompt text.
         #[arg(long)]
         prompt: String,
-        /// Tokens to generate at most (generation also stops at the end-of-sequence token).
-        #[arg(long, default_value_t = 32)]
-        max_tokens: usize,
-        /// 0 for greedy decoding; otherwise softmax sampling at this temperature.
-        #[arg(long, default_value_t = 0.0)]
-        temperature: f32,
-        /// Seed of the sampler.
-        #[arg(long, default_value_t = 0)]
-        seed: u64,
-        /// Write every position's logits to PREFIX.f32 and the token ids to PREFIX.json.
-        #[arg(long)]
-        logits: Option<PathBuf>,
         /// Text the model is made to write first (as if it had chosen those tokens), e.g.
         /// code regions; generation continues after it.
         #[arg(long, default_value = "")]
         force: String,
-        /// Do not run code regions (`[C: expr]`, ```c blocks) in the chip.
+        /// Write every position's logits to PREFIX.f32 and the token ids to PREFIX.json.
         #[arg(long)]
-        no_exec: bool,
-        /// (in-band execution) Where the chip runs: cpu, or cuda[:N].
-        #[arg(long, default_value = "cpu", value_parser = parse_device)]
-        vm_device: vm::Device,
-        /// (in-band execution) Instructions one code region may retire.
-        #[arg(long, default_value_t = 2_000_000)]
-        max_instructions: u64,
-        /// (in-band execution) Report each region's compile, boot and run time on stderr.
-        #[arg(long)]
-        stats: bool,
-        /// Toolchain folder holding bin/riscv64-unknown-elf-gcc (default: $INBAND_TOOLCHAIN or PATH).
-        #[arg(long)]
-        toolchain: Option<PathBuf>,
+        logits: Option<PathBuf>,
+        #[command(flatten)]
+        options: GenerateOptions,
+    },
+    /// Interactive text mode: each line you type is a prompt; the model's continuation is
+    /// printed, with in-band execution of its code regions. `/force TEXT` makes the next
+    /// continuation start with TEXT (a stand-in for a trained model's own code).
+    #[command(after_help = "Example:\n  inband chat --model spliced --max-tokens 16\n  \
+        > /force [C: 847*293]\n  > Question: 847 times 293?\n\n\
+        Each line is a fresh generation with a fresh VM for every code region.")]
+    Chat {
+        #[command(flatten)]
+        options: GenerateOptions,
     },
     /// VM speed: run a set of programs in the chip and print steps/s, instructions/s and
     /// forward passes per instruction as a table.
@@ -196,6 +181,38 @@ enum Command {
         #[arg(long)]
         toolchain: Option<PathBuf>,
     },
+}
+
+/// What text generation and in-band execution take (generate and chat).
+#[derive(clap::Args)]
+struct GenerateOptions {
+    /// The checkpoint (spliced or not; code regions run only in a spliced one's chip).
+    #[arg(long)]
+    model: PathBuf,
+    /// Tokens to generate at most (generation also stops at the end-of-sequence token).
+    #[arg(long, default_value_t = 32)]
+    max_tokens: usize,
+    /// 0 for greedy decoding; otherwise softmax sampling at this temperature.
+    #[arg(long, default_value_t = 0.0)]
+    temperature: f32,
+    /// Seed of the sampler.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Do not run code regions (`[C: expr]`, ```c blocks) in the chip.
+    #[arg(long)]
+    no_exec: bool,
+    /// (in-band execution) Where the chip runs: cpu, or cuda[:N].
+    #[arg(long, default_value = "cpu", value_parser = parse_device)]
+    vm_device: vm::Device,
+    /// (in-band execution) Instructions one code region may retire.
+    #[arg(long, default_value_t = 2_000_000)]
+    max_instructions: u64,
+    /// (in-band execution) Report each region's compile, boot and run time on stderr.
+    #[arg(long)]
+    stats: bool,
+    /// Toolchain folder holding bin/riscv64-unknown-elf-gcc (default: $INBAND_TOOLCHAIN or PATH).
+    #[arg(long)]
+    toolchain: Option<PathBuf>,
 }
 
 /// Prints `message` as one line on stderr.
@@ -278,32 +295,18 @@ fn main() -> ExitCode {
             }
         }
         Command::Generate {
-            model,
             prompt,
-            max_tokens,
-            temperature,
-            seed,
-            logits,
             force,
-            no_exec,
-            vm_device,
-            max_instructions,
-            stats,
-            toolchain,
-        } => match generate(&GenerateArgs {
-            dir: model,
-            prompt,
-            max_tokens,
-            temperature,
-            seed,
             logits,
-            force,
-            exec: !no_exec,
-            vm_device,
-            max_instructions,
-            stats,
-            toolchain,
-        }) {
+            options,
+        } => match TextSession::open(&options).and_then(|t| t.generate(&prompt, &force, logits.as_deref())) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                report_error(&e);
+                ExitCode::from(status::BUILD_OR_LOAD_FAILED)
+            }
+        },
+        Command::Chat { options } => match TextSession::open(&options).and_then(|t| t.chat()) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 report_error(&e);
@@ -332,78 +335,103 @@ fn main() -> ExitCode {
     }
 }
 
-struct GenerateArgs {
-    dir: PathBuf,
-    prompt: String,
-    max_tokens: usize,
-    temperature: f32,
-    seed: u64,
-    logits: Option<PathBuf>,
-    force: String,
-    exec: bool,
-    vm_device: vm::Device,
-    max_instructions: u64,
-    stats: bool,
-    toolchain: Option<PathBuf>,
+/// A checkpoint opened for text mode, with its chip for in-band execution.
+struct TextSession<'a> {
+    options: &'a GenerateOptions,
+    model: inband_host_runtime::text::TextModel,
+    chip: Option<inband_weightgen::rv32im::host::Rv32Chip>,
 }
 
-fn generate(a: &GenerateArgs) -> anyhow::Result<()> {
-    use inband_host_runtime::inband::{Executor, Region};
-    use inband_host_runtime::text::{Sampling, TextModel};
-    let model = TextModel::open(&a.dir)?;
-    let ids = model.encode(&a.prompt)?;
-    let forced = model.encode_forced(&a.force)?;
-    let sampling = if a.temperature > 0.0 {
-        Sampling::Temperature(a.temperature, a.seed)
-    } else {
-        Sampling::Greedy
-    };
-    // In-band execution needs the checkpoint's chip.
-    let chip = if a.exec && model.spliced {
-        Some(inband_host_runtime::spliced::SplicedModel::open(&a.dir)?.chip()?)
-    } else {
-        None
-    };
-    let executor = chip.as_ref().map(|chip| Executor {
-        chip,
-        device: a.vm_device,
-        toolchain: Toolchain::locate(a.toolchain.as_deref()).ok(),
-        budget: a.max_instructions,
-    });
-    let mut stdout = std::io::stdout().lock();
-    let _ = write!(stdout, "{}", a.prompt);
-    let generation = model.generate(&ids, &forced, a.max_tokens, sampling, executor.as_ref(), &mut stdout)?;
-    let _ = writeln!(stdout);
-    if a.stats {
-        for (region, e) in &generation.executions {
-            let what = match region {
-                Region::Expression(x) => format!("[C: {x}]"),
-                Region::Program(_) => "```c block".to_string(),
-            };
-            eprintln!(
-                "exec: {what}: compile {:.2} s, boot {:.2} s, run {:.2} s ({} instructions, {} forward passes)",
-                e.compile_seconds, e.boot_seconds, e.run_seconds, e.instructions, e.forward_passes
-            );
-        }
+impl<'a> TextSession<'a> {
+    fn open(options: &'a GenerateOptions) -> anyhow::Result<Self> {
+        let model = inband_host_runtime::text::TextModel::open(&options.model)?;
+        // In-band execution needs the checkpoint's chip.
+        let chip = if !options.no_exec && model.spliced {
+            Some(inband_host_runtime::spliced::SplicedModel::open(&options.model)?.chip()?)
+        } else {
+            None
+        };
+        Ok(Self { options, model, chip })
     }
-    if let Some(prefix) = &a.logits {
-        let rows = &generation.rows;
-        let mut bytes = Vec::with_capacity(rows.len() * rows.first().map_or(0, |r| r.len()) * 4);
-        for row in rows {
-            for v in row {
-                bytes.extend_from_slice(&v.to_le_bytes());
+
+    /// One generation after `prompt`, streamed to stdout.
+    fn run(&self, prompt: &str, force: &str) -> anyhow::Result<inband_host_runtime::text::Generation> {
+        use inband_host_runtime::inband::{Executor, Region};
+        use inband_host_runtime::text::Sampling;
+        let o = self.options;
+        let ids = self.model.encode(prompt)?;
+        let forced = self.model.encode_forced(force)?;
+        let sampling = if o.temperature > 0.0 {
+            Sampling::Temperature(o.temperature, o.seed)
+        } else {
+            Sampling::Greedy
+        };
+        let executor = self.chip.as_ref().map(|chip| Executor {
+            chip,
+            device: o.vm_device,
+            toolchain: Toolchain::locate(o.toolchain.as_deref()).ok(),
+            budget: o.max_instructions,
+        });
+        let mut stdout = std::io::stdout().lock();
+        let _ = write!(stdout, "{prompt}");
+        let generation = self
+            .model
+            .generate(&ids, &forced, o.max_tokens, sampling, executor.as_ref(), &mut stdout)?;
+        let _ = writeln!(stdout);
+        if o.stats {
+            for (region, e) in &generation.executions {
+                let what = match region {
+                    Region::Expression(x) => format!("[C: {x}]"),
+                    Region::Program(_) => "```c block".to_string(),
+                };
+                eprintln!(
+                    "exec: {what}: compile {:.2} s, boot {:.2} s, run {:.2} s ({} instructions, {} forward passes)",
+                    e.compile_seconds, e.boot_seconds, e.run_seconds, e.instructions, e.forward_passes
+                );
             }
         }
-        let json = serde_json::json!({
-            "ids": generation.ids,
-            "prompt_tokens": ids.len(),
-            "rows": rows.len(),
-            "vocab": rows.first().map_or(0, |r| r.len()),
-        });
-        std::fs::write(prefix.with_extension("f32"), bytes)?;
-        std::fs::write(prefix.with_extension("json"), json.to_string())?;
+        Ok(generation)
     }
-    Ok(())
+
+    fn generate(&self, prompt: &str, force: &str, logits: Option<&std::path::Path>) -> anyhow::Result<()> {
+        let generation = self.run(prompt, force)?;
+        if let Some(prefix) = logits {
+            let rows = &generation.rows;
+            let mut bytes = Vec::with_capacity(rows.len() * rows.first().map_or(0, |r| r.len()) * 4);
+            for row in rows {
+                for v in row {
+                    bytes.extend_from_slice(&v.to_le_bytes());
+                }
+            }
+            let json = serde_json::json!({
+                "ids": generation.ids,
+                "prompt_tokens": self.model.encode(prompt)?.len(),
+                "rows": rows.len(),
+                "vocab": rows.first().map_or(0, |r| r.len()),
+            });
+            std::fs::write(prefix.with_extension("f32"), bytes)?;
+            std::fs::write(prefix.with_extension("json"), json.to_string())?;
+        }
+        Ok(())
+    }
+
+    fn chat(&self) -> anyhow::Result<()> {
+        use std::io::BufRead;
+        let mut force = String::new();
+        eprintln!("inband chat: one prompt per line; /force TEXT forces the next continuation's start; Ctrl-D ends");
+        for line in std::io::stdin().lock().lines() {
+            let line = line?;
+            if let Some(text) = line.strip_prefix("/force ") {
+                force = text.replace("\\n", "\n");
+                continue;
+            }
+            if line.trim().is_empty() {
+                continue;
+            }
+            self.run(&line, &std::mem::take(&mut force))?;
+        }
+        Ok(())
+    }
 }
 
 /// Runs each program in the chip (and on the golden engine, for its output) and prints a table.

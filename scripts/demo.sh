@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The main job on an embedded default: build a small synthetic Qwen3.5 checkpoint, compile
+# the RV32IM chip for it, splice the chip in, and run a C program inside the spliced
+# checkpoint's chip layers (CPU, fp32), checked instruction by instruction against the
+# golden reference. Then a text-mode generation whose [C: ...] region runs in the chip.
+#
+#   scripts/demo.sh [PROGRAM.c]        (default firmware/examples/hello.c)
+#
+# Work lands in target/demo (about 6 GB; steps whose output exists are skipped).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+program=${1:-firmware/examples/hello.c}
+W=target/demo
+scripts/setup.sh
+cargo build --release --bins
+bin=target/release
+mkdir -p "$W"
+[ -d "$W/base" ] || $bin/weight-surgery synth --shape tiny --out "$W/base"
+[ -d "$W/chip" ] || $bin/weightgen --shape tiny --out "$W/chip"
+[ -d "$W/spliced" ] || $bin/weight-surgery splice --base "$W/base" --chip "$W/chip" --out "$W/spliced"
+$bin/weight-surgery inspect "$W/spliced"
+echo "--- $program inside the spliced checkpoint (every instruction verified against golden):"
+$bin/inband run --engine chip --model "$W/spliced" --verify --stats "$program"
+echo "--- text mode with in-band execution (the continuation is forced: the weights are random):"
+$bin/inband generate --model "$W/spliced" --prompt "Question: 847 times 293? Answer:" \
+    --force " [C: 847*293]" --max-tokens 4 --stats
