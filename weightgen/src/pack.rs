@@ -17,7 +17,6 @@ use std::path::{Path, PathBuf};
 use inband_circuits::{ChipToken, TokenSpec};
 use inband_qwen35::weights::Array;
 use inband_qwen35::TextConfig;
-use safetensors::tensor::TensorView;
 use safetensors::Dtype;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -218,27 +217,12 @@ fn chip_slice(name: &str, a: &Array, hidden: usize) -> Array {
     }
 }
 
-/// The pack's tensors, in name order.
+/// The pack's tensors, in name order, in memory (F32 values).
 pub fn pack_tensors(chip: &Chip) -> Vec<(String, Array)> {
-    let hidden = chip.layout.hidden;
-    let mut tensors = Vec::new();
-    for (i, layer) in chip.layers.iter().enumerate() {
-        for (name, a) in layer.named_tensors() {
-            tensors.push((format!("layers.{i}.{name}"), chip_slice(&name, &a, hidden)));
-        }
-    }
-    let tokens = &chip.circuit.tokens;
-    let vocab = tokens.vocab_size();
-    let mut embed = Vec::with_capacity(vocab * chip.layout.chip_dims);
-    for t in 0..vocab {
-        let token: ChipToken = tokens.decode(t).expect("in range");
-        embed.extend(chip.embedding(&token));
-    }
-    tensors.push((
-        "embed_tokens".into(),
-        Array::from_vec(&[vocab, chip.layout.chip_dims], embed),
-    ));
-    tensors.push(("final_norm".into(), Array::zeros(&[chip.layout.chip_dims])));
+    let mut tensors: Vec<(String, Array)> = lazy_pack_tensors(chip, Dtype::F32)
+        .into_iter()
+        .map(|(name, t)| (name, Array::from_vec(&t.shape, (t.make)())))
+        .collect();
     tensors.sort_by(|a, b| a.0.cmp(&b.0));
     tensors
 }
@@ -278,25 +262,90 @@ pub fn write_pack(chip: &Chip, dir: &Path, progress: &dyn Fn(&str)) -> Result<Ma
     Ok(manifest)
 }
 
+/// One pack tensor whose bytes are made only when the writer reaches it, so writing a
+/// pack holds a single tensor's bytes beside the chip (a 4b or 9b chip's dense layers
+/// are many GiB already).
+struct LazyTensor<'a> {
+    shape: Vec<usize>,
+    dtype: Dtype,
+    make: Box<dyn Fn() -> Vec<f32> + 'a>,
+}
+
+impl safetensors::View for LazyTensor<'_> {
+    fn dtype(&self) -> Dtype {
+        self.dtype
+    }
+
+    fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    fn data(&self) -> std::borrow::Cow<'_, [u8]> {
+        std::borrow::Cow::Owned(to_bytes(&(self.make)(), self.dtype))
+    }
+
+    fn data_len(&self) -> usize {
+        self.shape.iter().product::<usize>() * self.dtype.bitsize() / 8
+    }
+}
+
+/// A layer tensor's shape once cut to the chip's dims (see [`chip_slice`]).
+fn sliced_shape(name: &str, shape: &[usize], hidden: usize) -> Vec<usize> {
+    match residual_axis(name) {
+        ResidualAxis::Vector => vec![shape[0] - hidden],
+        ResidualAxis::Columns => vec![shape[0], shape[1] - hidden],
+        ResidualAxis::Rows => vec![shape[0] - hidden, shape[1]],
+        ResidualAxis::None => shape.to_vec(),
+    }
+}
+
+/// The pack's tensors as lazy views (the same names and contents as [`pack_tensors`]).
+fn lazy_pack_tensors(chip: &Chip, dtype: Dtype) -> Vec<(String, LazyTensor<'_>)> {
+    let hidden = chip.layout.hidden;
+    let mut tensors = Vec::new();
+    for (i, layer) in chip.layers.iter().enumerate() {
+        for (name, a, shape) in layer.named_tensor_refs() {
+            let shape = sliced_shape(&name, &shape, hidden);
+            let key = format!("layers.{i}.{name}");
+            let make = Box::new(move || chip_slice(&name, a, hidden).data);
+            tensors.push((key, LazyTensor { shape, dtype, make }));
+        }
+    }
+    let vocab = chip.circuit.tokens.vocab_size();
+    let embed = move || {
+        let tokens = &chip.circuit.tokens;
+        let mut data = Vec::with_capacity(vocab * chip.layout.chip_dims);
+        for t in 0..vocab {
+            let token: ChipToken = tokens.decode(t).expect("in range");
+            data.extend(chip.embedding(&token));
+        }
+        data
+    };
+    tensors.push((
+        "embed_tokens".into(),
+        LazyTensor {
+            shape: vec![vocab, chip.layout.chip_dims],
+            dtype,
+            make: Box::new(embed),
+        },
+    ));
+    let dims = chip.layout.chip_dims;
+    tensors.push((
+        "final_norm".into(),
+        LazyTensor {
+            shape: vec![dims],
+            dtype,
+            make: Box::new(move || vec![0.0; dims]),
+        },
+    ));
+    tensors
+}
+
 fn write_into(chip: &Chip, dir: &Path, progress: &dyn Fn(&str)) -> Result<Manifest, PackError> {
-    progress("collecting tensors");
-    let tensors = pack_tensors(chip);
     let non_bf16 = chip.non_bf16_weights();
     let dtype = if non_bf16 == 0 { Dtype::BF16 } else { Dtype::F32 };
     progress("writing chip.safetensors");
-    let bytes: Vec<(String, Vec<usize>, Vec<u8>)> = tensors
-        .iter()
-        .map(|(n, a)| (n.clone(), a.shape.clone(), to_bytes(&a.data, dtype)))
-        .collect();
-    let views: Vec<(String, TensorView<'_>)> = bytes
-        .iter()
-        .map(|(n, shape, b)| {
-            (
-                n.clone(),
-                TensorView::new(dtype, shape.clone(), b).expect("consistent view"),
-            )
-        })
-        .collect();
+    let views = lazy_pack_tensors(chip, dtype);
     let tensors_path = dir.join(TENSORS_FILE);
     safetensors::serialize_to_file(views, None, &tensors_path).map_err(|e| PackError::Invalid {
         path: tensors_path.clone(),

@@ -302,29 +302,40 @@ impl DecoderLayer {
 
     /// The layer's tensors under their checkpoint names (relative to the layer prefix).
     pub fn named_tensors(&self) -> Vec<(String, Array)> {
-        let mut out = vec![
-            ("input_layernorm.weight".to_string(), self.input_layernorm.clone()),
+        self.named_tensor_refs()
+            .into_iter()
+            .map(|(name, a, shape)| {
+                let mut a = a.clone();
+                a.shape = shape;
+                (name, a)
+            })
+            .collect()
+    }
+
+    /// As [`Self::named_tensors`], borrowed: (name, tensor, its checkpoint shape; conv1d's
+    /// differs from the stored one by a middle axis of 1).
+    pub fn named_tensor_refs(&self) -> Vec<(String, &Array, Vec<usize>)> {
+        let mut out: Vec<(String, &Array)> = vec![
+            ("input_layernorm.weight".to_string(), &self.input_layernorm),
             (
                 "post_attention_layernorm.weight".to_string(),
-                self.post_attention_layernorm.clone(),
+                &self.post_attention_layernorm,
             ),
         ];
         match &self.mixer {
             Mixer::Linear(l) => {
-                let mut conv = l.conv1d.clone();
-                conv.shape = vec![conv.shape[0], 1, conv.shape[1]];
                 for (n, a) in [
                     ("in_proj_qkv.weight", &l.in_proj_qkv),
                     ("in_proj_z.weight", &l.in_proj_z),
                     ("in_proj_b.weight", &l.in_proj_b),
                     ("in_proj_a.weight", &l.in_proj_a),
-                    ("conv1d.weight", &conv),
+                    ("conv1d.weight", &l.conv1d),
                     ("A_log", &l.a_log),
                     ("dt_bias", &l.dt_bias),
                     ("norm.weight", &l.norm),
                     ("out_proj.weight", &l.out_proj),
                 ] {
-                    out.push((format!("linear_attn.{n}"), a.clone()));
+                    out.push((format!("linear_attn.{n}"), a));
                 }
             }
             Mixer::Full(f) => {
@@ -336,7 +347,7 @@ impl DecoderLayer {
                     ("q_norm.weight", &f.q_norm),
                     ("k_norm.weight", &f.k_norm),
                 ] {
-                    out.push((format!("self_attn.{n}"), a.clone()));
+                    out.push((format!("self_attn.{n}"), a));
                 }
             }
         }
@@ -345,9 +356,18 @@ impl DecoderLayer {
             ("up_proj.weight", &self.mlp.up_proj),
             ("down_proj.weight", &self.mlp.down_proj),
         ] {
-            out.push((format!("mlp.{n}"), a.clone()));
+            out.push((format!("mlp.{n}"), a));
         }
-        out
+        out.into_iter()
+            .map(|(name, a)| {
+                let shape = if name == "linear_attn.conv1d.weight" {
+                    vec![a.shape[0], 1, a.shape[1]]
+                } else {
+                    a.shape.clone()
+                };
+                (name, a, shape)
+            })
+            .collect()
     }
 
     /// The layer's mixer type.
