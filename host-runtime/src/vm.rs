@@ -55,8 +55,10 @@ impl PassEngine for Tracing<'_> {
         let out = self.inner.passes(inputs, max, stop_kinds)?;
         let mut trace = self.trace.borrow_mut();
         for (i, chosen) in out.iter().enumerate() {
-            let input = inputs.get(i).unwrap_or_else(|| &out[i - 1]);
-            trace.push((self.tokens.encode(input) as u32, self.tokens.encode(chosen) as u32));
+            // Pass i consumed inputs[i], or once they ran out, the previous pass's choice.
+            if let Some(input) = inputs.get(i).or_else(|| i.checked_sub(1).map(|j| &out[j])) {
+                trace.push((self.tokens.encode(input) as u32, self.tokens.encode(chosen) as u32));
+            }
         }
         Ok(out)
     }
