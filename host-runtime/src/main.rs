@@ -491,6 +491,25 @@ fn bench(
 /// Instructions between console flushes.
 const CHUNK: u64 = 1 << 20;
 
+/// How a run ended, as the process exit status and the `exit=` text of --stats (reporting
+/// a trap or an exhausted budget on stderr).
+fn end_status(end: RunEnd, budget: u64) -> (ExitCode, String) {
+    match end {
+        RunEnd::Exited(code) => (ExitCode::from(status::from_program_exit(code)), code.to_string()),
+        RunEnd::Trapped(trap) => {
+            report(trap);
+            (ExitCode::from(status::TRAPPED), "trap".to_string())
+        }
+        RunEnd::BudgetExhausted { pc } => {
+            report(format!(
+                "instruction budget exhausted: {budget} instructions retired without exiting (next pc {pc:#010x}); \
+                 raise it with --max-instructions"
+            ));
+            (ExitCode::from(status::BUDGET_EXHAUSTED), "budget".to_string())
+        }
+    }
+}
+
 fn run_golden(image: &inband_firmware::ProgramImage, stats: bool, budget: u64) -> ExitCode {
     let mut machine = Machine::new(image, Environment::BareMetal);
     let mut stdout = std::io::stdout().lock();
@@ -508,20 +527,7 @@ fn run_golden(image: &inband_firmware::ProgramImage, stats: bool, budget: u64) -
         }
     };
     let seconds = start.elapsed().as_secs_f64();
-    let (code, exit_text) = match end {
-        RunEnd::Exited(code) => (ExitCode::from(status::from_program_exit(code)), code.to_string()),
-        RunEnd::Trapped(trap) => {
-            report(trap);
-            (ExitCode::from(status::TRAPPED), "trap".to_string())
-        }
-        RunEnd::BudgetExhausted { pc } => {
-            report(format!(
-                "instruction budget exhausted: {budget} instructions retired without exiting (next pc {pc:#010x}); \
-                 raise it with --max-instructions"
-            ));
-            (ExitCode::from(status::BUDGET_EXHAUSTED), "budget".to_string())
-        }
-    };
+    let (code, exit_text) = end_status(end, budget);
     if stats {
         let rate = machine.instret as f64 / seconds.max(1e-9);
         eprintln!(
@@ -572,20 +578,14 @@ fn run_chip(
             return ExitCode::from(status::BUILD_OR_LOAD_FAILED);
         }
     };
-    let (code, exit_text) = match run.end {
-        ChipEnd::Exited(code) => (ExitCode::from(status::from_program_exit(code)), code.to_string()),
-        ChipEnd::Trapped(trap) => {
-            report(trap);
-            (ExitCode::from(status::TRAPPED), "trap".to_string())
-        }
-        ChipEnd::BudgetExhausted { pc } => {
-            report(format!(
-                "instruction budget exhausted: {budget} instructions retired without exiting (next pc {pc:#010x}); \
-                 raise it with --max-instructions"
-            ));
-            (ExitCode::from(status::BUDGET_EXHAUSTED), "budget".to_string())
-        }
-    };
+    let (code, exit_text) = end_status(
+        match run.end {
+            ChipEnd::Exited(code) => RunEnd::Exited(code),
+            ChipEnd::Trapped(trap) => RunEnd::Trapped(trap),
+            ChipEnd::BudgetExhausted { pc } => RunEnd::BudgetExhausted { pc },
+        },
+        budget,
+    );
     if stats {
         let c = run.counts;
         eprintln!(

@@ -15,7 +15,7 @@ use inband_circuits::primitives::{add_gated, all, not};
 use inband_circuits::{Circuit, Delayed, Expr, Range, Write};
 
 use super::front::Front;
-use super::wires::{all_of, entry_outputs, oh, one_row, pattern};
+use super::wires::{all_of, entry_outputs, oh, pattern, row_zero};
 
 /// Instruction classes (each 0/1, at most one set, all 0 when nothing runs).
 #[derive(Clone, Debug)]
@@ -141,17 +141,11 @@ pub fn build(c: &mut Circuit, f: &Front) -> Decoded {
     }
     c.write(Write {
         memory: ctx_a,
-        address: one_row(rows, 0, Delayed::now(Expr::constant(1.0))),
+        address: row_zero(rows),
         entries,
         enable: div_entry.clone(),
     });
-    let ca = oh(&c.read(
-        "ctx_a",
-        ctx_a,
-        one_row(rows, 0, Delayed::now(Expr::constant(1.0))),
-        None,
-        entry_outputs("e", 0..64),
-    ));
+    let ca = oh(&c.read("ctx_a", ctx_a, row_zero(rows), None, entry_outputs("e", 0..64)));
     let ctx_b = c.memory(
         "ctx_b",
         1,
@@ -178,17 +172,11 @@ pub fn build(c: &mut Circuit, f: &Front) -> Decoded {
     }
     c.write(Write {
         memory: ctx_b,
-        address: one_row(rows, 0, Delayed::now(Expr::constant(1.0))),
+        address: row_zero(rows),
         entries,
         enable: div_entry,
     });
-    let cb = oh(&c.read(
-        "ctx_b",
-        ctx_b,
-        one_row(rows, 0, Delayed::now(Expr::constant(1.0))),
-        None,
-        entry_outputs("e", 0..80),
-    ));
+    let cb = oh(&c.read("ctx_b", ctx_b, row_zero(rows), None, entry_outputs("e", 0..80)));
 
     // Classes.
     let first = f.first.clone();

@@ -16,7 +16,7 @@ use inband_circuits::primitives::{add_gated, all, level_thresholds, not};
 use inband_circuits::{Address, Circuit, Delayed, Expr, Range, Write};
 
 use super::tokens::{field, kind, ROW_PIECES, ROW_SLOTS};
-use super::wires::{entry_outputs, oh, one_row, onehot_bits, Tok};
+use super::wires::{entry_outputs, oh, onehot_bits, row_zero, Tok};
 
 /// Anchor of the ROM's rows: levels up to 15 in 64 entries read back within 0.004.
 pub const ROM_ANCHOR: f64 = 4096.0;
@@ -94,17 +94,11 @@ pub fn build(c: &mut Circuit, t: &Tok) -> Front {
     }
     c.write(Write {
         memory: pc,
-        address: one_row(rows, 0, Delayed::now(Expr::constant(1.0))),
+        address: row_zero(rows),
         entries,
         enable: t.kind(kind::X),
     });
-    let base = c.read(
-        "pc_base",
-        pc,
-        one_row(rows, 0, Delayed::now(Expr::constant(1.0))),
-        None,
-        entry_outputs("d", 0..40),
-    );
+    let base = c.read("pc_base", pc, row_zero(rows), None, entry_outputs("d", 0..40));
     let base = oh(&base);
     let (head, rhi, rlo) = (base[..16].to_vec(), base[16..24].to_vec(), base[24..40].to_vec());
     let mode = head[15].clone();
@@ -409,14 +403,14 @@ pub fn build(c: &mut Circuit, t: &Tok) -> Front {
     }
     c.write(Write {
         memory: stage_hi,
-        address: one_row(rows, 0, Delayed::now(Expr::constant(1.0))),
+        address: row_zero(rows),
         entries,
         enable: t.kind(kind::W3),
     });
     let hi = c.read(
         "stage_hi",
         stage_hi,
-        one_row(rows, 0, Delayed::now(Expr::constant(1.0))),
+        row_zero(rows),
         Some((0..32).map(|e| (e, stage_read.clone())).collect()),
         entry_outputs("e", 0..32),
     );

@@ -80,6 +80,12 @@ pub fn all_of(mut terms: Vec<Expr>, extra: &[Expr]) -> Expr {
     all(&terms)
 }
 
+/// The address of a register-like memory: always its row 0 (written whole every time
+/// its enable is on, read back every pass).
+pub fn row_zero(rows: usize) -> Address {
+    one_row(rows, 0, Delayed::now(Expr::constant(1.0)))
+}
+
 /// An address of a one-head memory selecting row `r` when `select` is 1.
 pub fn one_row(rows: usize, r: usize, select: Delayed) -> Address {
     Address::Rows(
