@@ -14,6 +14,21 @@
 #define WARPS (THREADS / 32)
 #define MAX_KINDS 32
 #define MAX_FIELDS 64
+#define MAX_DV 128
+
+// With -DPROFILE, thread 0 adds up the cycles of each phase (between block barriers)
+// and prints them per pass when the launch ends.
+#ifdef PROFILE
+#define PHASES 12
+#define MARK(i)                                                                                                        \
+    if (threadIdx.x == 0) {                                                                                            \
+        long long t_ = clock64();                                                                                      \
+        prof[i] += t_ - prof_last;                                                                                     \
+        prof_last = t_;                                                                                                \
+    }
+#else
+#define MARK(i)
+#endif
 
 struct Dims {
     unsigned width, conv_dim, key_dim, dk, dv, hk, hv, layers;
@@ -60,7 +75,9 @@ __device__ __forceinline__ float softplus_f(float x) { return x > 20.0f ? x : lo
 
 // out[row_out[r]] = (add ? out[..] : 0) + sum over row r of V * x[C], ascending column
 // order. Entries are loaded UNROLL at a time so each warp keeps several loads in flight.
+#ifndef UNROLL
 #define UNROLL 8
+#endif
 __device__ __forceinline__ void ell(const Ell &m, const unsigned *__restrict__ I, const unsigned short *__restrict__ C,
                                     const float *__restrict__ V, const float *x, float *out, bool add) {
     unsigned w = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -164,6 +181,22 @@ __device__ __forceinline__ unsigned nonzeros(const float *v, unsigned n, unsigne
     return count;
 }
 
+// This lane's value columns (lane, lane + 32, ...) of the sum over the c key rows of
+// vals[k] * st[rows[k]], in key order. The loads of all columns are independent, so
+// they are issued together.
+__device__ __forceinline__ void read_memory(const float *st, unsigned dv, const unsigned *rows, const float *vals,
+                                            unsigned c, float (&acc)[MAX_DV / 32]) {
+    unsigned lane = threadIdx.x % 32;
+#pragma unroll
+    for (unsigned j = 0; j < MAX_DV / 32; j++) acc[j] = 0.0f;
+    for (unsigned k = 0; k < c; k++) {
+        const float *row = st + rows[k] * dv;
+#pragma unroll
+        for (unsigned j = 0; j < MAX_DV / 32; j++)
+            if (lane + 32 * j < dv) acc[j] += row[lane + 32 * j] * vals[k];
+    }
+}
+
 extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
     const Dims *dims_p, const Layer *layers_g, const unsigned *I, const unsigned short *C, const float *V,
     const float *W, float *S, const unsigned *inputs, unsigned n_inputs, unsigned max_passes, unsigned stop_mask,
@@ -204,6 +237,9 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
     unsigned ring = state[1];
     unsigned token = state[2];
     unsigned done = 0;
+#ifdef PROFILE
+    long long prof[PHASES] = {0}, prof_last = clock64();
+#endif
     for (unsigned pass = 0; pass < max_passes; pass++) {
         if (pass < n_inputs) token = inputs[pass];
         // Embed: anchors, then the kind's and its fields' one-hots.
@@ -224,12 +260,15 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
             }
         }
         __syncthreads();
+        MARK(0);
 
         for (unsigned l = 0; l < d.layers; l++) {
             const Layer &L = layers[l];
             rms_norm(hidden, xn, W + L.in_gain, d, red);
+            MARK(1);
             ell(L.xin, I, C, V, xn, scratch, false);
             __syncthreads();
+            MARK(2);
             // The causal conv and silu on the live channels.
             float *cs = S + L.conv_state;
             for (unsigned i = threadIdx.x; i < L.n_live; i += THREADS) {
@@ -242,6 +281,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
                 cs[(ring % 3) * L.n_live + i] = raw; // the oldest slot becomes the newest
             }
             __syncthreads();
+            MARK(3);
             // q and k: L2-normalise each key head (q also scaled by 1/sqrt(dk)).
             {
                 unsigned w = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -261,6 +301,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
                 }
             }
             __syncthreads();
+            MARK(4);
             // Delta rule and read, one warp per value head.
             {
                 unsigned w = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -276,15 +317,21 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
                         for (unsigned i = lane; i < d.dk * d.dv; i += 32) st[i] *= decay;
                     unsigned *rows = knz_rows[w];
                     float *vals = knz_vals[w];
+                    // Each lane owns value columns lane, lane + 32, ... (sums in key order).
                     if (beta != 0.0f) {
                         const float *key = y + d.key_dim + kh * d.dk;
                         const float *val = y + 2 * d.key_dim + head * d.dv;
                         unsigned c = nonzeros(key, d.dk, rows, vals);
-                        for (unsigned e = lane; e < d.dv; e += 32) {
-                            float mem = 0.0f;
-                            for (unsigned k = 0; k < c; k++) mem += st[rows[k] * d.dv + e] * vals[k];
-                            float delta = (val[e] - mem) * beta;
-                            for (unsigned k = 0; k < c; k++) st[rows[k] * d.dv + e] += vals[k] * delta;
+                        float mem[MAX_DV / 32];
+                        read_memory(st, d.dv, rows, vals, c, mem);
+#pragma unroll
+                        for (unsigned j = 0; j < MAX_DV / 32; j++)
+                            if (lane + 32 * j < d.dv) mem[j] = (val[lane + 32 * j] - mem[j]) * beta;
+                        for (unsigned k = 0; k < c; k++) {
+                            float *row = st + rows[k] * d.dv;
+#pragma unroll
+                            for (unsigned j = 0; j < MAX_DV / 32; j++)
+                                if (lane + 32 * j < d.dv) row[lane + 32 * j] += vals[k] * mem[j];
                         }
                         __syncwarp();
                     }
@@ -295,13 +342,15 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
                         __syncwarp();
                         continue;
                     }
+                    float acc[MAX_DV / 32];
+                    read_memory(st, d.dv, rows, vals, c, acc);
                     float s = 0.0f;
-                    for (unsigned e = lane; e < d.dv; e += 32) {
-                        float acc = 0.0f;
-                        for (unsigned k = 0; k < c; k++) acc += st[rows[k] * d.dv + e] * vals[k];
-                        out[e] = acc;
-                        s += acc * acc;
-                    }
+#pragma unroll
+                    for (unsigned j = 0; j < MAX_DV / 32; j++)
+                        if (lane + 32 * j < d.dv) {
+                            out[lane + 32 * j] = acc[j];
+                            s += acc[j] * acc[j];
+                        }
                     s = warp_sum(s);
                     float inv = 1.0f / sqrtf(s / (float)d.dv + d.eps);
                     for (unsigned e = lane; e < d.dv; e += 32)
@@ -310,19 +359,25 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
                 }
             }
             __syncthreads();
+            MARK(5);
             ell(L.out, I, C, V, head_out, hidden, true);
             // Clear this layer's conv outputs: the next layer's live channels differ.
             for (unsigned i = threadIdx.x; i < L.n_live; i += THREADS) y[I[L.live + i]] = 0.0f;
             __syncthreads();
+            MARK(6);
             // MLP over the compact list of live neurons.
             rms_norm(hidden, xn, W + L.post_gain, d, red);
+            MARK(7);
             ell(L.gate_up, I, C, V, xn, scratch, false);
             __syncthreads();
+            MARK(8);
             for (unsigned i = threadIdx.x; i < L.n_neur; i += THREADS)
                 act[i] = silu_f(scratch[i]) * scratch[L.n_neur + i];
             __syncthreads();
+            MARK(9);
             ell(L.down, I, C, V, act, hidden, true);
             __syncthreads();
+            MARK(10);
         }
         ring = (ring + 1) % 3;
 
@@ -381,9 +436,22 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
         token = token_sh;
         unsigned kind = kind_sh;
         __syncthreads();
+        MARK(11);
         done = pass + 1;
         if (pass + 1 >= n_inputs && ((stop_mask >> kind) & 1)) break;
     }
+#ifdef PROFILE
+    if (threadIdx.x == 0 && done > 0) {
+        long long total = 0;
+        for (int i = 0; i < PHASES; i++) total += prof[i];
+        printf("kernel profile: %u passes, %.0f cycles/pass: embed %.0f norm1 %.0f xin %.0f conv %.0f qk %.0f "
+               "gdn %.0f out %.0f norm2 %.0f gate_up %.0f act %.0f down %.0f choose %.0f\n",
+               done, (double)total / done, (double)prof[0] / done, (double)prof[1] / done, (double)prof[2] / done,
+               (double)prof[3] / done, (double)prof[4] / done, (double)prof[5] / done, (double)prof[6] / done,
+               (double)prof[7] / done, (double)prof[8] / done, (double)prof[9] / done, (double)prof[10] / done,
+               (double)prof[11] / done);
+    }
+#endif
     if (threadIdx.x == 0) {
         state[0] = done;
         state[1] = ring;

@@ -19,6 +19,9 @@ const KERNEL: &str = include_str!("chip_kernel.cu");
 const THREADS: u32 = 1024;
 /// Passes one launch may run (the host reads the chosen tokens after each launch).
 const LOOKAHEAD: usize = 1 << 15;
+/// Extra NVRTC options for the chip kernel, whitespace-separated: a tuning and
+/// diagnosis knob (`-DUNROLL=16`; `-DPROFILE` prints each phase's cycles per pass).
+pub const KERNEL_OPTIONS_ENV: &str = "INBAND_KERNEL_OPTIONS";
 
 /// Mirrors the kernel's `Dims`.
 #[repr(C)]
@@ -226,8 +229,8 @@ impl GpuChip {
             c.linear_num_value_heads,
         );
         let k = c.linear_conv_kernel_dim;
-        if k != 4 || dk > 128 || hv > 32 {
-            bail!("the GPU chip kernel handles conv kernel 4, key dim up to 128 and up to 32 value heads");
+        if k != 4 || dk > 128 || dv > 128 || hv > 32 {
+            bail!("the GPU chip kernel handles conv kernel 4, key and value dims up to 128 and up to 32 value heads");
         }
         let mut f = Flat::default();
         let mut offsets = Vec::new();
@@ -399,6 +402,11 @@ impl GpuChip {
                 prec_div: Some(true),
                 prec_sqrt: Some(true),
                 arch: Some("sm_90"),
+                options: std::env::var(KERNEL_OPTIONS_ENV)
+                    .unwrap_or_default()
+                    .split_whitespace()
+                    .map(String::from)
+                    .collect(),
                 ..Default::default()
             },
         )
