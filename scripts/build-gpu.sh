@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Builds the CUDA-enabled binaries into .gpu/bin (stripped, small enough to carry to the
-# GPU machine) and the example programs into .gpu/elf (the GPU machine has no RISC-V
-# compiler). No CUDA toolkit is needed here: the kernels are compiled at run time with
-# NVRTC and the CUDA libraries are loaded dynamically.
+# GPU machine), the example programs into .gpu/elf, and a minimal relocatable copy of
+# the RISC-V compiler into .gpu/toolchain (the GPU machine has none; in-band execution
+# compiles the code a generation writes). No CUDA toolkit is needed here: the kernels
+# are compiled at run time with NVRTC and the CUDA libraries are loaded dynamically.
+#
+# On the GPU machine: INBAND_TOOLCHAIN=$PWD/.gpu/toolchain LD_LIBRARY_PATH=$PWD/.gpu/toolchain/so
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --features cuda -p inband-host-runtime --bin inband
@@ -14,6 +17,22 @@ done
 for p in firmware/examples/*.c firmware/isa/*.S; do
     name=$(basename "$p"); name=${name%.*}
     .gpu/bin/inband build "$p" -o ".gpu/elf/$name.elf"
+done
+# The compiler: gcc's driver, cc1, collect2, its own headers and rv32im libgcc, as and
+# ld, and the shared libraries they need, laid out as gcc expects relative to itself.
+gcc=$(command -v riscv64-unknown-elf-gcc)
+lib=$(dirname "$("$gcc" -print-libgcc-file-name)")
+version=$(basename "$lib")
+T=.gpu/toolchain
+rm -rf "$T"
+mkdir -p "$T/bin" "$T/lib/gcc/riscv64-unknown-elf/$version/rv32im/ilp32" "$T/lib/riscv64-unknown-elf/bin" "$T/so"
+cp "$gcc" "$T/bin/"
+cp "$lib/cc1" "$lib/collect2" "$lib/liblto_plugin.so" "$T/lib/gcc/riscv64-unknown-elf/$version/"
+cp -r "$lib/include" "$lib/include-fixed" "$T/lib/gcc/riscv64-unknown-elf/$version/"
+cp "$lib/rv32im/ilp32/libgcc.a" "$T/lib/gcc/riscv64-unknown-elf/$version/rv32im/ilp32/"
+for tool in as ld; do cp "$("$gcc" -print-prog-name=$tool)" "$T/lib/riscv64-unknown-elf/bin/"; done
+for b in "$T/lib/gcc/riscv64-unknown-elf/$version/cc1" "$T/lib/riscv64-unknown-elf/bin/as" "$T/lib/riscv64-unknown-elf/bin/ld"; do
+    ldd "$b" | awk '/=> \// {print $3}' | grep -v -E '/lib(c|m)\.so' | xargs -r -I{} cp -L {} "$T/so/"
 done
 # The CPU engine's chip token stream for hello, which the GPU machine's runs must reproduce.
 mkdir -p .gpu/trace

@@ -17,6 +17,10 @@
 #                 decoding the spliced checkpoint on the same token stream
 #   bench         inband bench --device cuda
 #   verify        ISA tests and the shorter examples under --verify on CUDA
+#   euler10       Project Euler #10 inside the spliced checkpoint on CUDA, timed
+#   inband        in-band execution in a generation from the spliced checkpoint (VM on
+#                 CUDA): `[C: 847*293]` and Euler #10 as a ```c block, forced tokens
+#   fib           fib inside the spliced checkpoint on CUDA
 set -u
 cd "$(dirname "$0")/.."
 LIMIT=${1:-540}
@@ -56,6 +60,8 @@ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader >
 SECTIONS=("${@:2}")
 [ ${#SECTIONS[@]} -eq 0 ] && SECTIONS=(checkpoint trace transformers text generate speed bench verify)
 M=(--engine chip --model "$W/spliced" --device cuda)
+# The carried RISC-V compiler (scripts/build-gpu.sh) for in-band execution.
+export INBAND_TOOLCHAIN=$PWD/.gpu/toolchain LD_LIBRARY_PATH=$PWD/.gpu/toolchain/so${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 PROMPT="The computer inside the model says"
 
 for section in "${SECTIONS[@]}"; do
@@ -108,6 +114,21 @@ for section in "${SECTIONS[@]}"; do
         for p in alu_imm alu_rr branch jump memory upper muldiv hello strings int64; do
             step 120 $B/inband run "${V[@]}" --verify --stats $E/$p.elf
         done
+        ;;
+    euler10 | fib)
+        $B/inband run --engine golden $E/$section.elf >"$W/$section.golden" 2>/dev/null
+        if step_to "$W/$section.cuda" 590 $B/inband run "${M[@]}" --stats $E/$section.elf; then
+            cat "$W/$section.cuda" >>"$LOG"
+            cmp -s "$W/$section.golden" "$W/$section.cuda" && echo "   $section: output identical to golden's" >>"$LOG" ||
+                echo "   $section: OUTPUT DIFFERS from golden's" >>"$LOG"
+        fi
+        ;;
+    inband)
+        G=(--model "$W/spliced" --vm-device cuda --stats --max-tokens 4 --prompt "$PROMPT")
+        step 200 $B/inband generate "${G[@]}" --force "Question: 847*293? Answer: [C: 847*293]"
+        # Euler #10 as a model would write it: the example without its comments.
+        fence=$(printf '```c\n%s\n```\n' "$(grep -v -E '^ ?(/\*| \*)' firmware/examples/euler10.c)")
+        step 590 $B/inband generate "${G[@]}" --force "$fence"
         ;;
     *) echo "unknown section $section" >>"$LOG" ;;
     esac
