@@ -32,7 +32,7 @@ cp -r "$lib/include" "$lib/include-fixed" "$T/lib/gcc/riscv64-unknown-elf/$versi
 cp "$lib/rv32im/ilp32/libgcc.a" "$T/lib/gcc/riscv64-unknown-elf/$version/rv32im/ilp32/"
 for tool in as ld; do cp "$("$gcc" -print-prog-name=$tool)" "$T/lib/riscv64-unknown-elf/bin/"; done
 for b in "$T/lib/gcc/riscv64-unknown-elf/$version/cc1" "$T/lib/riscv64-unknown-elf/bin/as" "$T/lib/riscv64-unknown-elf/bin/ld"; do
-    ldd "$b" | awk '/=> \// {print $3}' | grep -v -E '/lib(c|m)\.so' | xargs -r -I{} cp -L {} "$T/so/"
+    ldd "$b" | awk '/=> \// && $3 !~ /\/lib(c|m)\.so/ {print $3}' | xargs -r -I{} cp -L {} "$T/so/"
 done
 # The CPU engine's chip token stream for hello, which the GPU machine's runs must reproduce.
 mkdir -p .gpu/trace

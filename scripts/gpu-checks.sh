@@ -126,7 +126,7 @@ for section in "${SECTIONS[@]}"; do
     inband)
         G=(--model "$W/spliced" --vm-device cuda --stats --max-tokens 4 --prompt "$PROMPT")
         step 200 $B/inband generate "${G[@]}" --force "Question: 847*293? Answer: [C: 847*293]"
-        # Euler #10 as a model would write it: the example without its comments.
+        # Euler #10 as a model would write it: the example without its header comment.
         fence=$(printf '```c\n%s\n```\n' "$(grep -v -E '^ ?(/\*| \*)' firmware/examples/euler10.c)")
         step 590 $B/inband generate "${G[@]}" --force "$fence"
         ;;
