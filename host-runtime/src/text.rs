@@ -72,7 +72,10 @@ impl TextModel {
             DenseModel::from_source(&opened.base, &opened.section.text_prefix, &view, &device)?
         } else {
             DenseModel::from_checkpoint(&checkpoint, &device)?
-        };
+        }
+        // Forced and injected tokens go through as prefills: exact only if batching
+        // cannot change a token's numbers.
+        .row_invariant();
         let tokenizer = Tokenizer::from_file(dir.join("tokenizer.json"))
             .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", dir.join("tokenizer.json").display()))?;
         let eos = eos_ids(dir);
@@ -142,10 +145,14 @@ impl TextModel {
         let mut region_from = 0;
         let mut injecting_until: Option<usize> = None;
         let mut chosen = 0;
+        // Tokens whose logits are not computed yet: forced and injected tokens go through
+        // the model together, as a prefill, when the next choice needs their logits.
+        let mut pending: Vec<u32> = Vec::new();
         loop {
             let next = match queue.pop_front() {
                 Some(t) => t,
                 None if chosen < max_tokens => {
+                    self.prefill(&mut pending, &mut state, &mut rows)?;
                     chosen += 1;
                     let last = rows.last().expect("at least one row");
                     match (sampling, rng.as_mut()) {
@@ -162,7 +169,7 @@ impl TextModel {
                 let _ = out.flush();
                 shown = text.len();
             }
-            rows.extend(self.model.logits(&[next], &mut state)?.to_vec2::<f32>()?);
+            pending.push(next);
             match injecting_until {
                 // The injected text itself is never scanned for regions.
                 Some(n) if ids.len() < n => continue,
@@ -192,12 +199,24 @@ impl TextModel {
                 break;
             }
         }
+        self.prefill(&mut pending, &mut state, &mut rows)?;
         Ok(Generation {
             ids,
             rows,
             state,
             executions,
         })
+    }
+}
+
+impl TextModel {
+    /// Runs the `pending` tokens through the model in one call, appending their logits.
+    fn prefill(&self, pending: &mut Vec<u32>, state: &mut ModelState, rows: &mut Vec<Vec<f32>>) -> anyhow::Result<()> {
+        if !pending.is_empty() {
+            rows.extend(self.model.logits(pending, state)?.to_vec2::<f32>()?);
+            pending.clear();
+        }
+        Ok(())
     }
 }
 

@@ -5,6 +5,7 @@
 //! prefill any T, with state carried between calls.
 
 use candle_core::{DType, Device, IndexOp, Result, Tensor, D};
+use rayon::prelude::*;
 
 use crate::config::TextConfig;
 use crate::weights::{Array, DecoderLayer, FullAttention, LinearAttention, Mixer, Mlp};
@@ -33,9 +34,78 @@ fn rsqrt(x: &Tensor) -> Result<Tensor> {
     x.sqrt()?.recip()
 }
 
-/// `x @ wᵀ` for x [.., in] and w [out, in].
-fn linear(x: &Tensor, w: &Tensor) -> Result<Tensor> {
-    x.broadcast_matmul(&w.t()?)
+/// `x @ wᵀ` for x [.., in] and w [out, in]: candle's matmul, or (row-invariant) every
+/// output a fixed-order dot product, so a token's result is the same whether it goes
+/// through the model alone or in a batch (prefill equals token-by-token decoding).
+fn linear(x: &Tensor, w: &Tensor, row_invariant: bool) -> Result<Tensor> {
+    if !row_invariant {
+        return x.broadcast_matmul(&w.t()?);
+    }
+    let dims = x.dims().to_vec();
+    let (rows, n_in) = (x.elem_count() / dims[dims.len() - 1], dims[dims.len() - 1]);
+    let (n_out, w_in) = w.dims2()?;
+    if w_in != n_in {
+        candle_core::bail!("linear: input width {n_in} against weight width {w_in}");
+    }
+    let xs: Vec<f32> = x.flatten_all()?.to_vec1()?;
+    let w = w.contiguous()?;
+    let (storage, layout) = w.storage_and_layout();
+    let candle_core::Storage::Cpu(candle_core::CpuStorage::F32(wv)) = &*storage else {
+        candle_core::bail!("row-invariant linear needs f32 weights on the CPU");
+    };
+    let ws = &wv[layout.start_offset()..layout.start_offset() + n_out * n_in];
+    // Rows in blocks that stay in cache while every weight row passes over them once.
+    const BLOCK: usize = 64;
+    let mut out = vec![0f32; rows * n_out];
+    for r0 in (0..rows).step_by(BLOCK) {
+        let r1 = (r0 + BLOCK).min(rows);
+        let mut part = vec![0f32; (r1 - r0) * n_out]; // [out, rows of the block]
+        part.par_chunks_mut(r1 - r0).enumerate().for_each(|(o, dst)| {
+            let wr = &ws[o * n_in..(o + 1) * n_in];
+            let row = |r: usize| &xs[r * n_in..(r + 1) * n_in];
+            // Four rows share each load of the weight row.
+            let mut quads = dst.chunks_exact_mut(4);
+            let mut r = r0;
+            for d in &mut quads {
+                d.copy_from_slice(&dot4([row(r), row(r + 1), row(r + 2), row(r + 3)], wr));
+                r += 4;
+            }
+            for d in quads.into_remainder() {
+                *d = dot4([row(r); 4], wr)[0];
+                r += 1;
+            }
+        });
+        for (o, col) in part.chunks(r1 - r0).enumerate() {
+            for (r, v) in (r0..r1).zip(col) {
+                out[r * n_out + o] = *v;
+            }
+        }
+    }
+    let mut shape = dims;
+    *shape.last_mut().expect("x has an input axis") = n_out;
+    Tensor::from_vec(out, shape, x.device())
+}
+
+/// Four dot products with one vector, each in a fixed order: eight strided partial sums,
+/// a tail, then a fixed tree (the same order whichever rows come together).
+fn dot4(a: [&[f32]; 4], b: &[f32]) -> [f32; 4] {
+    let mut acc = [[0f32; 8]; 4];
+    let n = b.len() / 8 * 8;
+    for c in (0..n).step_by(8) {
+        let w = &b[c..c + 8];
+        for (acc, a) in acc.iter_mut().zip(&a) {
+            let x = &a[c..c + 8];
+            for j in 0..8 {
+                acc[j] += x[j] * w[j];
+            }
+        }
+    }
+    let mut out = [0f32; 4];
+    for ((o, acc), a) in out.iter_mut().zip(&acc).zip(&a) {
+        let tail = a[n..].iter().zip(&b[n..]).map(|(x, y)| x * y).fold(0.0, |s, v| s + v);
+        *o = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])) + tail;
+    }
+    out
 }
 
 /// Zero-centred RMSNorm over the last axis: `x * rsqrt(mean(x^2) + eps) * gain`,
@@ -87,6 +157,8 @@ struct DenseMlp {
 /// A decoder layer's weights on a device.
 pub struct DenseLayer {
     config: TextConfig,
+    /// Row-invariant projections and per-row attention (see [`linear`]).
+    pub row_invariant: bool,
     input_gain: Tensor,
     post_gain: Tensor,
     mixer: DenseMixer,
@@ -160,6 +232,7 @@ impl DenseLayer {
         } = &layer.mlp;
         Ok(Self {
             config: config.clone(),
+            row_invariant: false,
             input_gain: gain(&layer.input_layernorm, device)?,
             post_gain: gain(&layer.post_attention_layernorm, device)?,
             mixer,
@@ -209,8 +282,9 @@ impl DenseLayer {
         };
         let h = (x + mixed)?;
         let normed = rms_norm(&h, &self.post_gain, eps)?;
-        let act = (silu(&linear(&normed, &self.mlp.gate)?)? * linear(&normed, &self.mlp.up)?)?;
-        h + linear(&act, &self.mlp.down)?
+        let act = (silu(&linear(&normed, &self.mlp.gate, self.row_invariant)?)?
+            * linear(&normed, &self.mlp.up, self.row_invariant)?)?;
+        h + linear(&act, &self.mlp.down, self.row_invariant)?
     }
 
     fn gdn(&self, g: &DenseGdn, x: &Tensor, conv_state: &mut Tensor, s: &mut Tensor) -> Result<Tensor> {
@@ -225,10 +299,10 @@ impl DenseLayer {
         let group = c.value_heads_per_key_head();
         let kernel = c.linear_conv_kernel_dim;
         let key_dim = c.key_dim();
-        let mixed = linear(x, &g.qkv)?; // [B, T, conv_dim]
-        let z = linear(x, &g.z)?.reshape((batch, t, hv, dv))?;
-        let beta = sigmoid(&linear(x, &g.b)?)?; // [B, T, Hv]
-        let a = linear(x, &g.a)?;
+        let mixed = linear(x, &g.qkv, self.row_invariant)?; // [B, T, conv_dim]
+        let z = linear(x, &g.z, self.row_invariant)?.reshape((batch, t, hv, dv))?;
+        let beta = sigmoid(&linear(x, &g.b, self.row_invariant)?)?; // [B, T, Hv]
+        let a = linear(x, &g.a, self.row_invariant)?;
         let decay = (softplus(&a.broadcast_add(&g.dt_bias)?)?
             .broadcast_mul(&g.a_log_exp)?
             .neg()?)
@@ -269,7 +343,7 @@ impl DenseLayer {
             outputs.push(gated.reshape((batch, 1, hv * dv))?);
         }
         let core = Tensor::cat(&outputs, 1)?;
-        linear(&core, &g.out_proj)
+        linear(&core, &g.out_proj, self.row_invariant)
     }
 
     fn attention(
@@ -283,17 +357,17 @@ impl DenseLayer {
         let c = &self.config;
         let (batch, t, _) = x.dims3()?;
         let (nh, kvh, hd) = (c.num_attention_heads, c.num_key_value_heads, c.head_dim);
-        let qg = linear(x, &a.q)?.reshape((batch, t, nh, 2 * hd))?;
+        let qg = linear(x, &a.q, self.row_invariant)?.reshape((batch, t, nh, 2 * hd))?;
         let query = qg.narrow(3, 0, hd)?;
         let gate = qg.narrow(3, hd, hd)?.reshape((batch, t, nh * hd))?;
         let query = rms_norm(&query.contiguous()?, &a.q_gain, c.rms_norm_eps)?.transpose(1, 2)?; // [B, nh, T, hd]
         let key = rms_norm(
-            &linear(x, &a.k)?.reshape((batch, t, kvh, hd))?,
+            &linear(x, &a.k, self.row_invariant)?.reshape((batch, t, kvh, hd))?,
             &a.k_gain,
             c.rms_norm_eps,
         )?
         .transpose(1, 2)?;
-        let value = linear(x, &a.v)?
+        let value = linear(x, &a.v, self.row_invariant)?
             .reshape((batch, t, kvh, hd))?
             .transpose(1, 2)?
             .contiguous()?;
@@ -310,35 +384,58 @@ impl DenseLayer {
         };
         *keys = Some(key.clone());
         *values = Some(value.clone());
-        let total = key.dim(2)?;
-        let rep = nh / kvh;
-        let expand = |t: &Tensor| -> Result<Tensor> {
-            if rep == 1 {
-                return Ok(t.clone());
-            }
-            t.unsqueeze(2)?
-                .repeat((1, 1, rep, 1, 1))?
-                .reshape((batch, nh, total, hd))
+        let past = key.dim(2)? - t;
+        let out = if self.row_invariant && t > 1 {
+            // Each query row exactly as decoding it alone would: its keys, no mask.
+            let rows = (0..t)
+                .map(|i| {
+                    let seen = past + i + 1;
+                    attend(
+                        &query.narrow(2, i, 1)?,
+                        &key.narrow(2, 0, seen)?,
+                        &value.narrow(2, 0, seen)?,
+                        nh,
+                    )
+                })
+                .collect::<Result<Vec<_>>>()?;
+            Tensor::cat(&rows, 1)?
+        } else {
+            attend(&query, &key, &value, nh)?
         };
-        let (key, value) = (expand(&key)?, expand(&value)?);
-        let scores = (query.contiguous()?.matmul(&key.t()?.contiguous()?)? * (hd as f64).powf(-0.5))?;
-        // Causal mask: query i (absolute position + i) sees keys up to it.
-        let past = total - t;
-        let mask: Vec<f32> = (0..t)
-            .flat_map(|i| (0..total).map(move |j| if j <= past + i { 0.0 } else { f32::NEG_INFINITY }))
-            .collect();
-        let mask = Tensor::from_vec(mask, (t, total), x.device())?;
-        let scores = scores.broadcast_add(&mask)?;
-        let max = scores.max_keepdim(D::Minus1)?;
-        let e = scores.broadcast_sub(&max)?.exp()?;
-        let p = e.broadcast_div(&e.sum_keepdim(D::Minus1)?)?;
-        let out = p
-            .matmul(&value.contiguous()?)?
-            .transpose(1, 2)?
-            .reshape((batch, t, nh * hd))?;
         let out = (out * sigmoid(&gate)?)?;
-        linear(&out, &a.o)
+        linear(&out, &a.o, self.row_invariant)
     }
+}
+
+/// Causal attention of `query` [B, nh, T, hd] over `key`/`value` [B, kvh, total, hd]
+/// (the last T keys are the queries' own): [B, T, nh * hd].
+fn attend(query: &Tensor, key: &Tensor, value: &Tensor, nh: usize) -> Result<Tensor> {
+    let (batch, _, t, hd) = query.dims4()?;
+    let (kvh, total) = (key.dim(1)?, key.dim(2)?);
+    let rep = nh / kvh;
+    let expand = |x: &Tensor| -> Result<Tensor> {
+        if rep == 1 {
+            return Ok(x.clone());
+        }
+        x.unsqueeze(2)?
+            .repeat((1, 1, rep, 1, 1))?
+            .reshape((batch, nh, total, hd))
+    };
+    let (key, value) = (expand(key)?, expand(value)?);
+    let scores = (query.contiguous()?.matmul(&key.t()?.contiguous()?)? * (hd as f64).powf(-0.5))?;
+    // Causal mask: query i (absolute position + i) sees keys up to it.
+    let past = total - t;
+    let mask: Vec<f32> = (0..t)
+        .flat_map(|i| (0..total).map(move |j| if j <= past + i { 0.0 } else { f32::NEG_INFINITY }))
+        .collect();
+    let mask = Tensor::from_vec(mask, (t, total), query.device())?;
+    let scores = scores.broadcast_add(&mask)?;
+    let max = scores.max_keepdim(D::Minus1)?;
+    let e = scores.broadcast_sub(&max)?.exp()?;
+    let p = e.broadcast_div(&e.sum_keepdim(D::Minus1)?)?;
+    p.matmul(&value.contiguous()?)?
+        .transpose(1, 2)?
+        .reshape((batch, t, nh * hd))
 }
 
 /// cos and sin tables [T, rotary_dim] for positions `start..start+t` (text-only
@@ -379,6 +476,8 @@ fn apply_rope(x: &Tensor, cos: &Tensor, sin: &Tensor, rot: usize) -> Result<Tens
 
 /// The final norm and the logits: `norm(h) @ lm_headᵀ`.
 pub struct DenseHead {
+    /// Row-invariant logits (see [`linear`]).
+    pub row_invariant: bool,
     gain: Tensor,
     lm_head: Tensor,
     eps: f64,
@@ -387,6 +486,7 @@ pub struct DenseHead {
 impl DenseHead {
     pub fn new(final_norm: &Array, lm_head: &Array, config: &TextConfig, device: &Device) -> Result<Self> {
         Ok(Self {
+            row_invariant: false,
             gain: gain(final_norm, device)?,
             lm_head: tensor(lm_head, device)?,
             eps: config.rms_norm_eps,
@@ -395,6 +495,6 @@ impl DenseHead {
 
     /// Logits [B, T, vocab] for hidden states [B, T, H].
     pub fn logits(&self, h: &Tensor) -> Result<Tensor> {
-        linear(&rms_norm(h, &self.gain, self.eps)?, &self.lm_head)
+        linear(&rms_norm(h, &self.gain, self.eps)?, &self.lm_head, self.row_invariant)
     }
 }

@@ -60,6 +60,16 @@ impl DenseModel {
         })
     }
 
+    /// Makes every token's results independent of how tokens are batched (see
+    /// `dense::linear`): a prefill then equals feeding the tokens one at a time, bit for bit.
+    pub fn row_invariant(mut self) -> Self {
+        for layer in &mut self.layers {
+            layer.row_invariant = true;
+        }
+        self.head.row_invariant = true;
+        self
+    }
+
     pub fn new_state(&self) -> anyhow::Result<ModelState> {
         let layers = self
             .layers
