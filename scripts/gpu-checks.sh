@@ -56,6 +56,16 @@ step_to() { # step_to FILE TIMEOUT CMD...: as step, with CMD's stdout into FILE
     echo "   rc=$rc" >>"$LOG"
     return $rc
 }
+vs_golden() { # vs_golden PROGRAM TIMEOUT: runs PROGRAM in the spliced checkpoint on CUDA, output vs golden's
+    local p=$1
+    $B/inband run --engine golden $E/$p.elf >"$W/$p.golden" 2>/dev/null
+    if step_to "$W/$p.cuda" "$2" $B/inband run "${M[@]}" --stats $E/$p.elf; then
+        cmp -s "$W/$p.golden" "$W/$p.cuda" && echo "   $p: output identical to golden's" >>"$LOG" ||
+            echo "   $p: OUTPUT DIFFERS from golden's" >>"$LOG"
+    else
+        return 1
+    fi
+}
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader >>"$LOG" 2>&1
 SECTIONS=("${@:2}")
 [ ${#SECTIONS[@]} -eq 0 ] && SECTIONS=(checkpoint trace transformers text generate speed bench verify)
@@ -97,13 +107,7 @@ for section in "${SECTIONS[@]}"; do
         ;;
     speed)
         step 150 python3 tests/reference/chip_in_transformers.py decode-speed "$W/spliced" .gpu/trace/hello.trace 310
-        for p in hello strings int64 sort structures fib; do
-            $B/inband run --engine golden $E/$p.elf >"$W/$p.golden" 2>/dev/null
-            if step_to "$W/$p.cuda" 200 $B/inband run "${M[@]}" --stats $E/$p.elf; then
-                cmp -s "$W/$p.golden" "$W/$p.cuda" && echo "   $p: output identical to golden's" >>"$LOG" ||
-                    echo "   $p: OUTPUT DIFFERS from golden's" >>"$LOG"
-            fi
-        done
+        for p in hello strings int64 sort structures fib; do vs_golden $p 200; done
         ;;
     bench)
         step 200 $B/inband bench --device cuda $E/hello.elf $E/strings.elf $E/int64.elf
@@ -116,12 +120,7 @@ for section in "${SECTIONS[@]}"; do
         done
         ;;
     euler10 | fib)
-        $B/inband run --engine golden $E/$section.elf >"$W/$section.golden" 2>/dev/null
-        if step_to "$W/$section.cuda" 590 $B/inband run "${M[@]}" --stats $E/$section.elf; then
-            cat "$W/$section.cuda" >>"$LOG"
-            cmp -s "$W/$section.golden" "$W/$section.cuda" && echo "   $section: output identical to golden's" >>"$LOG" ||
-                echo "   $section: OUTPUT DIFFERS from golden's" >>"$LOG"
-        fi
+        vs_golden $section 590 && cat "$W/$section.cuda" >>"$LOG"
         ;;
     inband)
         G=(--model "$W/spliced" --vm-device cuda --stats --max-tokens 4 --prompt "$PROMPT")

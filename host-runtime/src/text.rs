@@ -115,6 +115,15 @@ impl TextModel {
         Ok(ids)
     }
 
+    /// Runs the `pending` tokens through the model in one call, appending their logits.
+    fn prefill(&self, pending: &mut Vec<u32>, state: &mut ModelState, rows: &mut Vec<Vec<f32>>) -> anyhow::Result<()> {
+        if !pending.is_empty() {
+            rows.extend(self.model.logits(pending, state)?.to_vec2::<f32>()?);
+            pending.clear();
+        }
+        Ok(())
+    }
+
     /// Generates after `prompt`: first the `forced` tokens (as if the model had chosen
     /// them), then up to `max_tokens` chosen ones; streams the text to `out`. With an
     /// executor, every code region that closes in the generated text is run in the chip
@@ -206,17 +215,6 @@ impl TextModel {
             state,
             executions,
         })
-    }
-}
-
-impl TextModel {
-    /// Runs the `pending` tokens through the model in one call, appending their logits.
-    fn prefill(&self, pending: &mut Vec<u32>, state: &mut ModelState, rows: &mut Vec<Vec<f32>>) -> anyhow::Result<()> {
-        if !pending.is_empty() {
-            rows.extend(self.model.logits(pending, state)?.to_vec2::<f32>()?);
-            pending.clear();
-        }
-        Ok(())
     }
 }
 

@@ -315,9 +315,12 @@ impl DecoderLayer {
     /// As [`Self::named_tensors`], borrowed: (name, tensor, its checkpoint shape; conv1d's
     /// differs from the stored one by a middle axis of 1).
     pub fn named_tensor_refs(&self) -> Vec<(String, &Array, Vec<usize>)> {
-        let mut out: Vec<(String, &Array)> = vec![
-            ("input_layernorm.weight".to_string(), &self.input_layernorm),
-            (
+        fn entry(name: String, a: &Array) -> (String, &Array, Vec<usize>) {
+            (name, a, a.shape.clone())
+        }
+        let mut out = vec![
+            entry("input_layernorm.weight".to_string(), &self.input_layernorm),
+            entry(
                 "post_attention_layernorm.weight".to_string(),
                 &self.post_attention_layernorm,
             ),
@@ -335,7 +338,11 @@ impl DecoderLayer {
                     ("norm.weight", &l.norm),
                     ("out_proj.weight", &l.out_proj),
                 ] {
-                    out.push((format!("linear_attn.{n}"), a));
+                    let mut e = entry(format!("linear_attn.{n}"), a);
+                    if n == "conv1d.weight" {
+                        e.2 = vec![a.shape[0], 1, a.shape[1]];
+                    }
+                    out.push(e);
                 }
             }
             Mixer::Full(f) => {
@@ -347,7 +354,7 @@ impl DecoderLayer {
                     ("q_norm.weight", &f.q_norm),
                     ("k_norm.weight", &f.k_norm),
                 ] {
-                    out.push((format!("self_attn.{n}"), a));
+                    out.push(entry(format!("self_attn.{n}"), a));
                 }
             }
         }
@@ -356,18 +363,9 @@ impl DecoderLayer {
             ("up_proj.weight", &self.mlp.up_proj),
             ("down_proj.weight", &self.mlp.down_proj),
         ] {
-            out.push((format!("mlp.{n}"), a));
+            out.push(entry(format!("mlp.{n}"), a));
         }
-        out.into_iter()
-            .map(|(name, a)| {
-                let shape = if name == "linear_attn.conv1d.weight" {
-                    vec![a.shape[0], 1, a.shape[1]]
-                } else {
-                    a.shape.clone()
-                };
-                (name, a, shape)
-            })
-            .collect()
+        out
     }
 
     /// The layer's mixer type.
