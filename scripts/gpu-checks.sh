@@ -78,6 +78,11 @@ for section in "${SECTIONS[@]}"; do
     echo "=== section $section" >>"$LOG"
     case $section in
     checkpoint)
+        # A warm machine keeps $W between calls: reuse a checkpoint an earlier call finished.
+        if [ -f "$W/spliced/config.json" ] && $B/weight-surgery inspect "$W/spliced" >/dev/null 2>&1; then
+            echo "   reusing $W/spliced" >>"$LOG"
+            continue
+        fi
         step 120 $B/weight-surgery synth --shape 0.8b --out "$W/base"
         step 120 $B/weightgen --shape 0.8b --out "$W/pack"
         step 120 $B/weight-surgery splice --base "$W/base" --chip "$W/pack" --out "$W/spliced"

@@ -76,6 +76,20 @@ pub struct Execution {
     pub forward_passes: u64,
 }
 
+impl Execution {
+    /// One line: what ran and where the time went, from the closing marker to the result.
+    pub fn summary(&self, region: &Region) -> String {
+        let what = match region {
+            Region::Expression(x) => format!("[C: {x}]"),
+            Region::Program(_) => "```c block".to_string(),
+        };
+        format!(
+            "exec: {what}: compile {:.2} s, boot {:.2} s, run {:.2} s ({} instructions, {} forward passes)",
+            self.compile_seconds, self.boot_seconds, self.run_seconds, self.instructions, self.forward_passes
+        )
+    }
+}
+
 /// Compiles and runs regions in the chip.
 pub struct Executor<'a> {
     pub chip: &'a Rv32Chip,
@@ -84,6 +98,8 @@ pub struct Executor<'a> {
     pub toolchain: Option<Toolchain>,
     /// Instructions a region may retire.
     pub budget: u64,
+    /// Print each region's timing line on stderr as soon as it has run (`--stats`).
+    pub report: bool,
 }
 
 /// The C program that prints `expr` in its type's natural format.
@@ -120,6 +136,14 @@ fn first_error(message: &str) -> String {
 impl Executor<'_> {
     /// Runs `region` and returns the text to inject after it.
     pub fn execute(&self, region: &Region) -> Execution {
+        let execution = self.execute_quietly(region);
+        if self.report {
+            eprintln!("{}", execution.summary(region));
+        }
+        execution
+    }
+
+    fn execute_quietly(&self, region: &Region) -> Execution {
         let (source, is_expression) = match region {
             Region::Expression(e) => (expression_program(e), true),
             Region::Program(code) => (code.clone(), false),

@@ -207,7 +207,8 @@ struct GenerateOptions {
     /// (in-band execution) Instructions one code region may retire.
     #[arg(long, default_value_t = 2_000_000)]
     max_instructions: u64,
-    /// (in-band execution) Report each region's compile, boot and run time on stderr.
+    /// Report each region's compile, boot and run time on stderr as it finishes, and the
+    /// time spent in the model's own forward passes at the end.
     #[arg(long)]
     stats: bool,
     /// Toolchain folder holding bin/riscv64-unknown-elf-gcc (default: $INBAND_TOOLCHAIN or PATH).
@@ -356,7 +357,7 @@ impl<'a> TextSession<'a> {
 
     /// One generation after `prompt`, streamed to stdout.
     fn run(&self, prompt: &str, force: &str) -> anyhow::Result<inband_host_runtime::text::Generation> {
-        use inband_host_runtime::inband::{Executor, Region};
+        use inband_host_runtime::inband::Executor;
         use inband_host_runtime::text::Sampling;
         let o = self.options;
         let ids = self.model.encode(prompt)?;
@@ -371,6 +372,7 @@ impl<'a> TextSession<'a> {
             device: o.vm_device,
             toolchain: Toolchain::locate(o.toolchain.as_deref()).ok(),
             budget: o.max_instructions,
+            report: o.stats,
         });
         let mut stdout = std::io::stdout().lock();
         let _ = write!(stdout, "{prompt}");
@@ -379,16 +381,11 @@ impl<'a> TextSession<'a> {
             .generate(&ids, &forced, o.max_tokens, sampling, executor.as_ref(), &mut stdout)?;
         let _ = writeln!(stdout);
         if o.stats {
-            for (region, e) in &generation.executions {
-                let what = match region {
-                    Region::Expression(x) => format!("[C: {x}]"),
-                    Region::Program(_) => "```c block".to_string(),
-                };
-                eprintln!(
-                    "exec: {what}: compile {:.2} s, boot {:.2} s, run {:.2} s ({} instructions, {} forward passes)",
-                    e.compile_seconds, e.boot_seconds, e.run_seconds, e.instructions, e.forward_passes
-                );
-            }
+            eprintln!(
+                "text: {} tokens through the model in {:.2} s",
+                generation.ids.len(),
+                generation.model_seconds
+            );
         }
         Ok(generation)
     }

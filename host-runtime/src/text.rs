@@ -124,6 +124,20 @@ impl TextModel {
         Ok(())
     }
 
+    /// [`Self::prefill`], timed into `seconds`.
+    fn timed_prefill(
+        &self,
+        pending: &mut Vec<u32>,
+        state: &mut ModelState,
+        rows: &mut Vec<Vec<f32>>,
+        seconds: &mut f64,
+    ) -> anyhow::Result<()> {
+        let start = std::time::Instant::now();
+        self.prefill(pending, state, rows)?;
+        *seconds += start.elapsed().as_secs_f64();
+        Ok(())
+    }
+
     /// Generates after `prompt`: first the `forced` tokens (as if the model had chosen
     /// them), then up to `max_tokens` chosen ones; streams the text to `out`. With an
     /// executor, every code region that closes in the generated text is run in the chip
@@ -147,7 +161,9 @@ impl TextModel {
         };
         let mut queue: VecDeque<u32> = forced.iter().copied().collect();
         let mut ids = prompt.to_vec();
+        let start = std::time::Instant::now();
         let mut rows: Vec<Vec<f32>> = self.model.logits(prompt, &mut state)?.to_vec2()?;
+        let mut model_seconds = start.elapsed().as_secs_f64();
         let mut executions = Vec::new();
         let mut shown = 0;
         // Byte offset in the generated text where the next region may start.
@@ -161,7 +177,7 @@ impl TextModel {
             let next = match queue.pop_front() {
                 Some(t) => t,
                 None if chosen < max_tokens => {
-                    self.prefill(&mut pending, &mut state, &mut rows)?;
+                    self.timed_prefill(&mut pending, &mut state, &mut rows, &mut model_seconds)?;
                     chosen += 1;
                     let last = rows.last().expect("at least one row");
                     match (sampling, rng.as_mut()) {
@@ -208,12 +224,13 @@ impl TextModel {
                 break;
             }
         }
-        self.prefill(&mut pending, &mut state, &mut rows)?;
+        self.timed_prefill(&mut pending, &mut state, &mut rows, &mut model_seconds)?;
         Ok(Generation {
             ids,
             rows,
             state,
             executions,
+            model_seconds,
         })
     }
 }
@@ -228,6 +245,8 @@ pub struct Generation {
     pub state: ModelState,
     /// Each code region run, with its result.
     pub executions: Vec<(Region, Execution)>,
+    /// Time spent in the model's forward passes (prompt, prefills, choices).
+    pub model_seconds: f64,
 }
 
 /// The first maximum (the lowest id on ties, as torch's argmax).

@@ -52,6 +52,7 @@ fn code_regions_run_in_the_chip_and_qwen_state_is_untouched() {
         device: Device::Cpu,
         toolchain: inband_firmware::Toolchain::locate(None).ok(),
         budget: 100_000,
+        report: false,
     };
     let prompt = model.encode("Question: what is 847 times 293?").unwrap();
     let forced = model.encode_forced(FORCED).unwrap();

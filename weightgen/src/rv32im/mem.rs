@@ -11,6 +11,21 @@
 //! memory; the pass consuming `w3` re-runs the store and writes the staged word (a GDN
 //! write replaces a whole row, and only tokens carry values back to shallow layers).
 //! Boot words take the same path, addressed by a `bw` token.
+//!
+//! Capacity, and why it is 32 KiB. A GDN head with one-hot keys holds 128 rows, and a
+//! write replaces a whole row (beta is per head, the delta rule per row): a layer has 16
+//! heads × 128 = 2,048 independently writable rows on every Qwen3.5 shape (Hk = 16; where
+//! Hv = 32, two value heads share each key, so 4,096). A row can hold more than one word
+//! only if a store rewrites all of it, and the value a layer writes comes from its input:
+//! the token and shallower layers, never the layer's own state in the same pass. So a
+//! row's other words must already sit in a shallower memory (which then needs the same
+//! rows) or ride back through tokens (about three passes per word, as `w1 w2 w3` do for
+//! byte stores). One word per row and one pass per `sw` give 8 KiB per layer; 256 KiB
+//! would take 32 layers. The way past it that keeps word stores at one pass is a line
+//! buffer: a few open lines of four words in a shallow memory, one word per row; a store
+//! that hits an open line updates its word there and, in the same pass, writes the whole
+//! line (read back from the buffer) into a four-words-per-row bank deeper down; a store
+//! that misses first fills the line from the bank through tokens. Loads read the bank.
 
 use inband_circuits::primitives::{add_gated, all, not};
 use inband_circuits::{Address, Circuit, Delayed, Expr, Range, Write};
