@@ -300,14 +300,16 @@ fn main() -> ExitCode {
             force,
             logits,
             options,
-        } => match TextSession::open(&options).and_then(|t| t.generate(&prompt, &force, logits.as_deref())) {
+        } => match TextSession::open(&options, logits.is_some())
+            .and_then(|t| t.generate(&prompt, &force, logits.as_deref()))
+        {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 report_error(&e);
                 ExitCode::from(status::BUILD_OR_LOAD_FAILED)
             }
         },
-        Command::Chat { options } => match TextSession::open(&options).and_then(|t| t.chat()) {
+        Command::Chat { options } => match TextSession::open(&options, false).and_then(|t| t.chat()) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 report_error(&e);
@@ -344,8 +346,10 @@ struct TextSession<'a> {
 }
 
 impl<'a> TextSession<'a> {
-    fn open(options: &'a GenerateOptions) -> anyhow::Result<Self> {
-        let model = inband_host_runtime::text::TextModel::open(&options.model)?;
+    /// `all_logits`: keep every position's logits (for `--logits`).
+    fn open(options: &'a GenerateOptions, all_logits: bool) -> anyhow::Result<Self> {
+        let mut model = inband_host_runtime::text::TextModel::open(&options.model)?;
+        model.all_logits = all_logits;
         // In-band execution needs the checkpoint's chip.
         let chip = if !options.no_exec && model.spliced {
             Some(inband_host_runtime::spliced::SplicedModel::open(&options.model)?.chip()?)

@@ -51,6 +51,9 @@ pub struct TextModel {
     pub eos: Vec<u32>,
     /// Whether the checkpoint holds a chip (its layers are skipped in text mode).
     pub spliced: bool,
+    /// Keep every position's logits in [`Generation::rows`] (to compare them); otherwise
+    /// the vocabulary projection runs only where a choice reads it.
+    pub all_logits: bool,
 }
 
 /// How the next token is picked.
@@ -84,6 +87,7 @@ impl TextModel {
             tokenizer,
             eos,
             spliced,
+            all_logits: false,
         })
     }
 
@@ -115,26 +119,26 @@ impl TextModel {
         Ok(ids)
     }
 
-    /// Runs the `pending` tokens through the model in one call, appending their logits.
-    fn prefill(&self, pending: &mut Vec<u32>, state: &mut ModelState, rows: &mut Vec<Vec<f32>>) -> anyhow::Result<()> {
-        if !pending.is_empty() {
-            rows.extend(self.model.logits(pending, state)?.to_vec2::<f32>()?);
-            pending.clear();
-        }
-        Ok(())
-    }
-
-    /// [`Self::prefill`], timed into `seconds`.
-    fn timed_prefill(
+    /// Runs the `pending` tokens through the model in one call, appending their logits
+    /// (every row's with [`Self::all_logits`], else the last one's) and the time taken.
+    fn prefill(
         &self,
         pending: &mut Vec<u32>,
         state: &mut ModelState,
         rows: &mut Vec<Vec<f32>>,
         seconds: &mut f64,
     ) -> anyhow::Result<()> {
-        let start = std::time::Instant::now();
-        self.prefill(pending, state, rows)?;
-        *seconds += start.elapsed().as_secs_f64();
+        if !pending.is_empty() {
+            let start = std::time::Instant::now();
+            let logits = if self.all_logits {
+                self.model.logits(pending, state)?
+            } else {
+                self.model.last_logits(pending, state)?
+            };
+            rows.extend(logits.to_vec2::<f32>()?);
+            pending.clear();
+            *seconds += start.elapsed().as_secs_f64();
+        }
         Ok(())
     }
 
@@ -161,9 +165,9 @@ impl TextModel {
         };
         let mut queue: VecDeque<u32> = forced.iter().copied().collect();
         let mut ids = prompt.to_vec();
-        let start = std::time::Instant::now();
-        let mut rows: Vec<Vec<f32>> = self.model.logits(prompt, &mut state)?.to_vec2()?;
-        let mut model_seconds = start.elapsed().as_secs_f64();
+        let mut rows: Vec<Vec<f32>> = Vec::new();
+        let mut model_seconds = 0.0;
+        self.prefill(&mut prompt.to_vec(), &mut state, &mut rows, &mut model_seconds)?;
         let mut executions = Vec::new();
         let mut shown = 0;
         // Byte offset in the generated text where the next region may start.
@@ -177,7 +181,7 @@ impl TextModel {
             let next = match queue.pop_front() {
                 Some(t) => t,
                 None if chosen < max_tokens => {
-                    self.timed_prefill(&mut pending, &mut state, &mut rows, &mut model_seconds)?;
+                    self.prefill(&mut pending, &mut state, &mut rows, &mut model_seconds)?;
                     chosen += 1;
                     let last = rows.last().expect("at least one row");
                     match (sampling, rng.as_mut()) {
@@ -224,7 +228,7 @@ impl TextModel {
                 break;
             }
         }
-        self.timed_prefill(&mut pending, &mut state, &mut rows, &mut model_seconds)?;
+        self.prefill(&mut pending, &mut state, &mut rows, &mut model_seconds)?;
         Ok(Generation {
             ids,
             rows,
@@ -239,7 +243,8 @@ impl TextModel {
 pub struct Generation {
     /// Prompt and continuation.
     pub ids: Vec<u32>,
-    /// Per position, the logits after that token.
+    /// The logits after each position ([`TextModel::all_logits`]), or after each model
+    /// call's last position (the rows the choices read).
     pub rows: Vec<Vec<f32>>,
     /// Qwen's caches and recurrent states at the end.
     pub state: ModelState,
