@@ -6,12 +6,13 @@
 use std::path::Path;
 use std::sync::OnceLock;
 
+use inband_circuits::ChipToken;
 use inband_firmware::{load_elf, Flavor, ProgramImage};
 use inband_golden::{Environment, Machine, RunEnd};
 use inband_qwen35::presets::Shape;
 use inband_tests::{build, corpus, fuzz, program_name};
-use inband_weightgen::rv32im::host::{ChipEnd, ChipMachine, RunCounts, Rv32Chip};
-use inband_weightgen::MathPath;
+use inband_weightgen::rv32im::host::{boot_tokens_with, ChipEnd, ChipMachine, PassEngine, RunCounts, Rv32Chip};
+use inband_weightgen::{ChipRunner, MathPath};
 
 fn chip() -> &'static Rv32Chip {
     static CHIP: OnceLock<Rv32Chip> = OnceLock::new();
@@ -141,6 +142,38 @@ fn euler10() {
 }
 
 /// Traps end the same way on both engines (checked with their pc, cause and value).
+/// Boot leaves out staging tokens whose values are already staged: every GDN row of
+/// every chip layer ends bit for bit as with every token sent.
+#[test]
+fn boot_leaves_out_only_what_is_staged() {
+    let image = image_of(&program("hello"));
+    let full = boot_tokens_with(&image, false).unwrap();
+    let lean = boot_tokens_with(&image, true).unwrap();
+    assert!(lean.len() < full.len());
+    let booted = |tokens: &[ChipToken]| {
+        let mut runner = ChipRunner::new(&chip().chip, MathPath::Sparse(Default::default())).unwrap();
+        runner.passes(tokens, tokens.len(), &[]).unwrap();
+        runner
+    };
+    let (a, b) = (booted(&full), booted(&lean));
+    let config = chip().chip.layer_config();
+    for layer in 0..chip().chip.layers.len() {
+        for head in 0..config.linear_num_value_heads {
+            for row in 0..config.linear_key_head_dim {
+                let (x, y) = (
+                    a.memory_row(layer, head, row).unwrap(),
+                    b.memory_row(layer, head, row).unwrap(),
+                );
+                assert!(
+                    x.iter().zip(&y).all(|(p, q)| p.to_bits() == q.to_bits()),
+                    "layer {layer} head {head} row {row} differs"
+                );
+            }
+        }
+    }
+    eprintln!("hello boots in {} passes instead of {}", lean.len(), full.len());
+}
+
 #[test]
 fn traps_match_golden() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("programs");

@@ -94,25 +94,46 @@ fn rom_rows(image: &ProgramImage) -> Vec<(usize, [u32; ROW_SLOTS])> {
     rows
 }
 
-/// The prefill that boots `image`: ROM rows (32 pieces and a commit each), non-zero RAM
-/// words (three staging tokens and a write each), then `x` to the entry point.
+/// The prefill that boots `image`: ROM rows (up to 32 pieces and a commit each), non-zero
+/// RAM words (up to three staging tokens and a write each), then `x` to the entry point.
+///
+/// The staging memories keep what was last written to them, so a staging token whose
+/// values are already staged (the same byte of the previous row, the same part of the
+/// previous word) is left out: the state it would write is bit for bit the one there.
+/// Every staging row is written at least once, as the anchored reads need.
 pub fn boot_tokens(image: &ProgramImage) -> Result<Vec<ChipToken>, ChipError> {
+    boot_tokens_with(image, true)
+}
+
+/// [`boot_tokens`], with `leave_out_staged` false: every staging token sent (what the
+/// test of the leaving-out compares against).
+pub fn boot_tokens_with(image: &ProgramImage, leave_out_staged: bool) -> Result<Vec<ChipToken>, ChipError> {
     let mut out = Vec::new();
+    let stage = |out: &mut Vec<ChipToken>, staged: &mut Option<ChipToken>, t: ChipToken| {
+        if !leave_out_staged || staged.as_ref() != Some(&t) {
+            out.push(t.clone());
+            *staged = Some(t);
+        }
+    };
+    let mut staged_pieces: [Option<ChipToken>; ROW_PIECES] = std::array::from_fn(|_| None);
     for (row, words) in rom_rows(image) {
-        for p in 0..ROW_PIECES {
+        for (p, staged) in staged_pieces.iter_mut().enumerate() {
             let e = 2 * p;
             let nib = |e: usize| nibble(words[e / 8], e % 8);
-            out.push(token(kind::BP, &[p, nib(e), nib(e + 1)]));
+            stage(&mut out, staged, token(kind::BP, &[p, nib(e), nib(e + 1)]));
         }
         let [h, a, b] = row_digits(row);
         out.push(token(kind::BC, &[h, a, b]));
     }
+    let mut staged_parts: [Option<ChipToken>; 3] = std::array::from_fn(|_| None);
     for (i, w) in image.ram.chunks(4).enumerate() {
         let word = u32::from_le_bytes([w[0], w[1], w[2], w[3]]);
         if word == 0 {
             continue;
         }
-        out.extend(word_tokens(word, NEXT_ROW));
+        for (staged, part) in staged_parts.iter_mut().zip(word_tokens(word, NEXT_ROW)) {
+            stage(&mut out, staged, part);
+        }
         out.push(token(kind::BW, &[i >> 11, (i >> 7) & 15, (i >> 4) & 7, i & 15]));
     }
     let entry = image.entry;
