@@ -156,6 +156,12 @@ static void emit_padding(struct sink *out, char c, int count) {
 
 /* Formats one integer conversion: digits of `magnitude` in `base`, a sign,
  * the "0x" prefix for %p, honouring width, '-' and '0' flags. */
+/* x / 10 for every 32-bit x: ceil(2^35 / 10) = 0xCCCCCCCD, exact because its error times
+ * x stays below 2^35 / 10. */
+static unsigned divide_by_ten(unsigned x) {
+    return (unsigned)(((unsigned long long)x * 0xCCCCCCCDu) >> 35);
+}
+
 static void emit_integer(struct sink *out, unsigned long long magnitude, int negative, int base,
                          int upper, const char *prefix, int width, int left, int zero_pad) {
     char digits[24];
@@ -167,9 +173,10 @@ static void emit_integer(struct sink *out, unsigned long long magnitude, int neg
             magnitude >>= 4;
         } while (magnitude);
     } else {
-        /* Decimal without division instructions (the chip runs those as a routine): a
-         * 64-bit value is brought below 10^9 by subtracting powers of ten; a 32-bit one
-         * divides by the constant 10, which compiles to a multiply. */
+        /* Decimal without division instructions (the chip runs those as a routine of
+         * hundreds of passes): a 64-bit value is brought below 10^9 by subtracting powers
+         * of ten; a 32-bit one is divided by 10 with a multiply-high (gcc 12 emits divu and
+         * remu for a plain `/ 10` on RV32IM). */
         static const unsigned long long powers[11] = {
             10000000000000000000ull, 1000000000000000000ull, 100000000000000000ull,
             10000000000000000ull, 1000000000000000ull, 100000000000000ull,
@@ -190,8 +197,9 @@ static void emit_integer(struct sink *out, unsigned long long magnitude, int neg
         }
         unsigned low = (unsigned)magnitude;
         do {
-            digits[count++] = (char)('0' + low % 10);
-            low /= 10;
+            unsigned tenth = divide_by_ten(low);
+            digits[count++] = (char)('0' + (low - 10 * tenth));
+            low = tenth;
         } while (low || count < fill);
         while (high_count) digits[count++] = high[--high_count];
     }
@@ -381,9 +389,10 @@ void free(void *ptr) {
 }
 
 void *calloc(size_t count, size_t size) {
-    if (size && count > (size_t)-1 / size) return NULL;
-    void *p = malloc(count * size);
-    if (p) memset(p, 0, count * size);
+    size_t total;
+    if (__builtin_mul_overflow(count, size, &total)) return NULL; /* a multiply-high, no division */
+    void *p = malloc(total);
+    if (p) memset(p, 0, total);
     return p;
 }
 
