@@ -71,9 +71,18 @@ rem_entry:
 1:      mv      x31, x29
         ecall
 
-# x7 = x5 / x6, x8 = x5 % x6 (unsigned, x6 != 0). Restoring division, skipping the
-# dividend's leading zero bytes first.
+# x7 = x5 / x6, x8 = x5 % x6 (unsigned, x6 != 0). The last division's operands and
+# results stay in x14..x17: a quotient and a remainder of the same operands (gcc
+# emits divu then remu, in libgcc's 64-bit division too) cost one routine. Otherwise
+# restoring division, skipping the dividend's leading zero bytes first.
 udivmod:
+        bne     x5, x14, 1f
+        bne     x6, x15, 1f
+        mv      x7, x16
+        mv      x8, x17
+        ret
+1:      mv      x14, x5
+        mv      x15, x6
         li      x7, 0
         li      x8, 0
         li      x9, 32
@@ -82,7 +91,7 @@ udivmod:
         slli    x5, x5, 8
         addi    x9, x9, -8
         bnez    x9, 2b
-        ret
+        j       5f
 3:      slli    x8, x8, 1
         srli    x10, x5, 31
         or      x8, x8, x10
@@ -93,4 +102,6 @@ udivmod:
         ori     x7, x7, 1
 4:      addi    x9, x9, -1
         bnez    x9, 3b
+5:      mv      x16, x7
+        mv      x17, x8
         ret

@@ -214,12 +214,21 @@ impl Toolchain {
         let bytes = std::fs::read(&out).map_err(|source| BuildError::Io { path: out, source })?;
         let elf =
             goblin::elf::Elf::parse(&bytes).map_err(|e| BuildError::CompileFailed(format!("unreadable ELF: {e}")))?;
+        // The `.text` section itself (the loadable segment would start with the ELF headers).
         let text = elf
-            .program_headers
+            .section_headers
             .iter()
-            .find(|p| p.p_type == goblin::elf::program_header::PT_LOAD && p.p_filesz > 0)
+            .find(|h| elf.shdr_strtab.get_at(h.sh_name) == Some(".text") && h.sh_size > 0)
             .ok_or_else(|| BuildError::CompileFailed("no code".into()))?;
-        let code = &bytes[text.p_offset as usize..(text.p_offset + text.p_filesz) as usize];
+        if text.sh_addr != u64::from(base) {
+            return Err(BuildError::CompileFailed(format!(
+                "code linked at {:#x}, not {base:#x}",
+                text.sh_addr
+            )));
+        }
+        let code = bytes
+            .get(text.sh_offset as usize..(text.sh_offset + text.sh_size) as usize)
+            .ok_or_else(|| BuildError::CompileFailed("truncated ELF".into()))?;
         Ok(code
             .chunks(4)
             .map(|w| u32::from_le_bytes([w[0], w[1], *w.get(2).unwrap_or(&0), *w.get(3).unwrap_or(&0)]))

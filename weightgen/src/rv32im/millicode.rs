@@ -4,7 +4,9 @@
 //! pc into the `ctx` memories and jumps to entry `funct3 & 3` (a row of four jumps at
 //! [`BASE`]). The routine (`firmware/millicode/division.S`) reads the operands through
 //! the register window (x29, x30), writes the result to x31 (the caller's rd) and returns
-//! with `ecall`. [`WORDS`] is that file assembled; a test re-assembles it and compares.
+//! with `ecall`. The last division's operands and results stay in shadow registers, so
+//! a quotient and a remainder of the same operands cost one division. [`WORDS`] is that
+//! file assembled; a test re-assembles it and compares.
 
 /// Where the millicode sits: the first row of the ROM's last head.
 pub const BASE: u32 = inband_firmware::memory_map::ROM_BASE + 15 * 128 * 32;
@@ -18,14 +20,37 @@ pub fn source_path() -> std::path::PathBuf {
 }
 
 /// The assembled routine, one word per instruction from [`BASE`].
-pub const WORDS: [u32; 73] = [
+pub const WORDS: &[u32] = &[
     0x0500006f, 0x00c0006f, 0x08c0006f, 0x0240006f, 0x000e8293, 0x000f0313, 0x00030863, 0x0b8000ef, 0x00038f93,
     0x00000073, 0xfff00f93, 0x00000073, 0x000e8293, 0x000f0313, 0x00030863, 0x098000ef, 0x00040f93, 0x00000073,
     0x000e8f93, 0x00000073, 0x000e8293, 0x000f0313, 0x02030a63, 0x41f2d593, 0x41f35613, 0x00b2c2b3, 0x40b282b3,
     0x00c34333, 0x40c30333, 0x060000ef, 0x00c5c6b3, 0x00d3c3b3, 0x40d383b3, 0x00038f93, 0x00000073, 0xfff00f93,
     0x00000073, 0x000e8293, 0x000f0313, 0x02030863, 0x41f2d593, 0x41f35613, 0x00b2c2b3, 0x40b282b3, 0x00c34333,
-    0x40c30333, 0x01c000ef, 0x00b44433, 0x40b40433, 0x00040f93, 0x00000073, 0x000e8f93, 0x00000073, 0x00000393,
-    0x00000413, 0x02000493, 0x0182d513, 0x00051a63, 0x00829293, 0xff848493, 0xfe0498e3, 0x00008067, 0x00141413,
-    0x01f2d513, 0x00a46433, 0x00129293, 0x00139393, 0x00646663, 0x40640433, 0x0013e393, 0xfff48493, 0xfc049ee3,
+    0x40c30333, 0x01c000ef, 0x00b44433, 0x40b40433, 0x00040f93, 0x00000073, 0x000e8f93, 0x00000073, 0x00e29a63,
+    0x00f31863, 0x00080393, 0x00088413, 0x00008067, 0x00028713, 0x00030793, 0x00000393, 0x00000413, 0x02000493,
+    0x0182d513, 0x00051a63, 0x00829293, 0xff848493, 0xfe0498e3, 0x02c0006f, 0x00141413, 0x01f2d513, 0x00a46433,
+    0x00129293, 0x00139393, 0x00646663, 0x40640433, 0x0013e393, 0xfff48493, 0xfc049ee3, 0x00038813, 0x00040893,
     0x00008067,
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn words_are_the_assembled_source() {
+        let toolchain = inband_firmware::Toolchain::locate(None).expect("the RISC-V toolchain (scripts/setup.sh)");
+        let words = toolchain
+            .assemble_flat(&source_path(), BASE)
+            .expect("the millicode assembles");
+        assert!(
+            words == WORDS,
+            "firmware/millicode/division.S changed: WORDS must be\n{}",
+            words
+                .iter()
+                .map(|w| format!("{w:#010x}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+}
