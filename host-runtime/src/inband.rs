@@ -138,7 +138,8 @@ impl Executor<'_> {
     pub fn execute(&self, region: &Region) -> Execution {
         let execution = self.execute_quietly(region);
         if self.report {
-            eprintln!("{}", execution.summary(region));
+            // On its own line: the generated text on stdout is mid-line here.
+            eprintln!("\n{}", execution.summary(region));
         }
         execution
     }
