@@ -154,14 +154,15 @@ static void emit_padding(struct sink *out, char c, int count) {
     while (count-- > 0) emit(out, c);
 }
 
-/* Formats one integer conversion: digits of `magnitude` in `base`, a sign,
- * the "0x" prefix for %p, honouring width, '-' and '0' flags. */
-/* x / 10 for every 32-bit x: ceil(2^35 / 10) = 0xCCCCCCCD, exact because its error times
- * x stays below 2^35 / 10. */
+/* x / 10 for every 32-bit x, by a multiply-high: 0xCCCCCCCD = (2^35 + 2) / 10, so the
+ * product over 2^35 is x/10 + x/(5 * 2^35), and that excess (below 1/40) never carries
+ * x/10, whose fraction is at most 0.9, past the next integer. */
 static unsigned divide_by_ten(unsigned x) {
     return (unsigned)(((unsigned long long)x * 0xCCCCCCCDu) >> 35);
 }
 
+/* Formats one integer conversion: digits of `magnitude` in `base`, a sign,
+ * the "0x" prefix for %p, honouring width, '-' and '0' flags. */
 static void emit_integer(struct sink *out, unsigned long long magnitude, int negative, int base,
                          int upper, const char *prefix, int width, int left, int zero_pad) {
     char digits[24];
