@@ -10,10 +10,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --features cuda -p inband-host-runtime --bin inband
 cargo build --release -p inband-weightgen --bin weightgen -p inband-model-surgery --bin weight-surgery
+# The test that Qwen's caches stay untouched by in-band execution, built with CUDA so the
+# GPU machine runs its regions there (INBAND_VM_DEVICE=cuda).
+exec_test=$(cargo test --release --features cuda -p inband-host-runtime --test inband_exec --no-run --message-format=json |
+    sed -n 's/.*"executable":"\([^"]*inband_exec[^"]*\)".*/\1/p' | tail -1)
 mkdir -p .gpu/bin .gpu/elf
 for b in inband weightgen weight-surgery; do
     strip -o ".gpu/bin/$b" "target/release/$b"
 done
+strip -o .gpu/bin/inband_exec "$exec_test"
 for p in firmware/examples/*.c firmware/isa/*.S; do
     name=$(basename "$p"); name=${name%.*}
     .gpu/bin/inband build "$p" -o ".gpu/elf/$name.elf"

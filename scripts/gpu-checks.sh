@@ -21,6 +21,8 @@
 #   inband        in-band execution in a generation from the spliced checkpoint (VM on
 #                 CUDA): `[C: 847*293]` and Euler #10 as a ```c block, forced tokens
 #   fib           fib inside the spliced checkpoint on CUDA
+#   untouched     host-runtime/tests/inband_exec.rs (carried as .gpu/bin/inband_exec), its
+#                 code regions on CUDA: Qwen's caches end as if the VM had never run
 set -u
 cd "$(dirname "$0")/.."
 LIMIT=${1:-540}
@@ -133,6 +135,9 @@ for section in "${SECTIONS[@]}"; do
         # Euler #10 as a model would write it: the example without its header comment.
         fence=$(printf '```c\n%s\n```\n' "$(grep -v -E '^ ?(/\*| \*)' firmware/examples/euler10.c)")
         step 590 $B/inband generate "${G[@]}" --force "$fence"
+        ;;
+    untouched)
+        INBAND_VM_DEVICE=cuda step 300 .gpu/bin/inband_exec --nocapture
         ;;
     *) echo "unknown section $section" >>"$LOG" ;;
     esac

@@ -13,15 +13,7 @@ use inband_qwen35::presets::Shape;
 use inband_weightgen::rv32im::host::{ChipEnd, ChipError};
 
 fn parse_device(s: &str) -> Result<vm::Device, String> {
-    match s {
-        "cpu" => Ok(vm::Device::Cpu),
-        "cuda" => Ok(vm::Device::Cuda(0)),
-        _ => s
-            .strip_prefix("cuda:")
-            .and_then(|n| n.parse().ok())
-            .map(vm::Device::Cuda)
-            .ok_or_else(|| format!("unknown device {s:?} (cpu, cuda, cuda:N)")),
-    }
+    vm::Device::parse(s)
 }
 
 fn parse_shape(s: &str) -> Result<Shape, String> {

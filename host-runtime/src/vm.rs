@@ -23,6 +23,21 @@ pub enum Device {
     Cuda(usize),
 }
 
+impl Device {
+    /// `cpu`, `cuda` (GPU 0) or `cuda:N`.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "cpu" => Ok(Self::Cpu),
+            "cuda" => Ok(Self::Cuda(0)),
+            _ => s
+                .strip_prefix("cuda:")
+                .and_then(|n| n.parse().ok())
+                .map(Self::Cuda)
+                .ok_or_else(|| format!("unknown device {s:?} (cpu, cuda, cuda:N)")),
+        }
+    }
+}
+
 /// A pass engine for `chip` on `device`.
 pub fn engine<'a>(chip: &'a Rv32Chip, device: Device) -> anyhow::Result<Box<dyn PassEngine + 'a>> {
     match device {

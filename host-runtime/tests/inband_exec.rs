@@ -62,7 +62,10 @@ fn code_regions_run_in_the_chip_and_qwen_state_is_untouched() {
     let chip = Rv32Chip::build(&Shape::Tiny.config()).unwrap();
     let executor = Executor {
         chip: &chip,
-        device: Device::Cpu,
+        // INBAND_VM_DEVICE=cuda runs the regions on the GPU (a CUDA build of this test).
+        device: std::env::var("INBAND_VM_DEVICE")
+            .map_or(Ok(Device::Cpu), |d| Device::parse(&d))
+            .unwrap(),
         toolchain: inband_firmware::Toolchain::locate(None).ok(),
         budget: 100_000,
         report: false,
