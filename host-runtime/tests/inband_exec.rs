@@ -17,7 +17,6 @@ fn flat(t: &candle_core::Tensor) -> Vec<f32> {
     t.flatten_all().and_then(|t| t.to_vec1()).expect("f32 tensor")
 }
 
-/// Every number in Qwen's carried state: conv windows, GDN memories, attention keys/values.
 /// Qwen's caches and recurrent states, bit for bit.
 fn assert_same_state(x: &Generation, y: &Generation) {
     let (a, b) = (state_numbers(x), state_numbers(y));
@@ -30,6 +29,7 @@ fn assert_same_state(x: &Generation, y: &Generation) {
     }
 }
 
+/// Every number in Qwen's carried state: conv windows, GDN memories, attention keys/values.
 fn state_numbers(g: &Generation) -> Vec<Vec<f32>> {
     let mut out = Vec::new();
     for layer in &g.state.layers {
