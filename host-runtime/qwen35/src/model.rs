@@ -110,6 +110,7 @@ impl DenseModel {
     /// projection is a third of a 0.8b token's work). With row-invariant projections the
     /// row equals the last row of [`Self::logits`] bit for bit.
     pub fn last_logits(&self, tokens: &[u32], state: &mut ModelState) -> anyhow::Result<Tensor> {
+        anyhow::ensure!(!tokens.is_empty(), "no tokens to run");
         let h = self.hidden(tokens, state, 0..self.layers.len())?;
         let last = h.narrow(1, tokens.len() - 1, 1)?;
         Ok(self.head.logits(&last)?.squeeze(0)?)
