@@ -12,10 +12,6 @@ use inband_host_runtime::{program, status, vm};
 use inband_qwen35::presets::Shape;
 use inband_weightgen::rv32im::host::{ChipEnd, ChipError};
 
-fn parse_device(s: &str) -> Result<vm::Device, String> {
-    vm::Device::parse(s)
-}
-
 fn parse_shape(s: &str) -> Result<Shape, String> {
     Shape::parse(s).ok_or_else(|| format!("unknown shape {s:?} (tiny, 0.8b, 2b, 4b, 9b)"))
 }
@@ -106,7 +102,7 @@ enum Command {
         #[arg(long)]
         model: Option<PathBuf>,
         /// (chip) Where the chip layers run: cpu, or cuda[:N] (needs a CUDA build).
-        #[arg(long, default_value = "cpu", value_parser = parse_device)]
+        #[arg(long, default_value = "cpu", value_parser = vm::Device::parse)]
         device: vm::Device,
         /// (chip) Write every forward pass's input and chosen chip token ids to this file,
         /// one pass per line (`input chosen`), boot included: the stream another runner
@@ -161,7 +157,7 @@ enum Command {
         /// Programs (C/assembly source or ELF).
         programs: Vec<PathBuf>,
         /// Where the chip layers run: cpu, or cuda[:N] (needs a CUDA build).
-        #[arg(long, default_value = "cpu", value_parser = parse_device)]
+        #[arg(long, default_value = "cpu", value_parser = vm::Device::parse)]
         device: vm::Device,
         /// The Qwen3.5 shape the chip layers are compiled for (without --model).
         #[arg(long, default_value = "0.8b", value_parser = parse_shape)]
@@ -194,7 +190,7 @@ struct GenerateOptions {
     #[arg(long)]
     no_exec: bool,
     /// (in-band execution) Where the chip runs: cpu, or cuda[:N].
-    #[arg(long, default_value = "cpu", value_parser = parse_device)]
+    #[arg(long, default_value = "cpu", value_parser = vm::Device::parse)]
     vm_device: vm::Device,
     /// (in-band execution) Instructions one code region may retire.
     #[arg(long, default_value_t = 2_000_000)]

@@ -167,16 +167,16 @@ impl TextModel {
         let mut ids = prompt.to_vec();
         let mut rows: Vec<Vec<f32>> = Vec::new();
         let mut model_seconds = 0.0;
-        self.prefill(&mut prompt.to_vec(), &mut state, &mut rows, &mut model_seconds)?;
+        // Tokens whose logits are not computed yet: forced and injected tokens go through
+        // the model together, as a prefill, when the next choice needs their logits.
+        let mut pending: Vec<u32> = prompt.to_vec();
+        self.prefill(&mut pending, &mut state, &mut rows, &mut model_seconds)?;
         let mut executions = Vec::new();
         let mut shown = 0;
         // Byte offset in the generated text where the next region may start.
         let mut region_from = 0;
         let mut injecting_until: Option<usize> = None;
         let mut chosen = 0;
-        // Tokens whose logits are not computed yet: forced and injected tokens go through
-        // the model together, as a prefill, when the next choice needs their logits.
-        let mut pending: Vec<u32> = Vec::new();
         loop {
             let next = match queue.pop_front() {
                 Some(t) => t,

@@ -102,8 +102,7 @@ impl DenseModel {
 
     /// Logits [T, vocab] for `tokens`, continuing from `state`.
     pub fn logits(&self, tokens: &[u32], state: &mut ModelState) -> anyhow::Result<Tensor> {
-        let h = self.hidden(tokens, state, 0..self.layers.len())?;
-        Ok(self.head.logits(&h)?.squeeze(0)?)
+        self.logits_from(tokens, state, 0)
     }
 
     /// The last token's logits [1, vocab]: the head runs on one row only (the vocabulary
@@ -111,8 +110,17 @@ impl DenseModel {
     /// row equals the last row of [`Self::logits`] bit for bit.
     pub fn last_logits(&self, tokens: &[u32], state: &mut ModelState) -> anyhow::Result<Tensor> {
         anyhow::ensure!(!tokens.is_empty(), "no tokens to run");
+        self.logits_from(tokens, state, tokens.len() - 1)
+    }
+
+    /// Runs every token; the head only on positions `first..`.
+    fn logits_from(&self, tokens: &[u32], state: &mut ModelState, first: usize) -> anyhow::Result<Tensor> {
         let h = self.hidden(tokens, state, 0..self.layers.len())?;
-        let last = h.narrow(1, tokens.len() - 1, 1)?;
-        Ok(self.head.logits(&last)?.squeeze(0)?)
+        let h = if first == 0 {
+            h
+        } else {
+            h.narrow(1, first, tokens.len() - first)?
+        };
+        Ok(self.head.logits(&h)?.squeeze(0)?)
     }
 }
