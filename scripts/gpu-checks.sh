@@ -12,7 +12,8 @@
 #   transformers  the chip pack exported as a stand-alone Qwen3_5ForCausalLM, stepped by
 #                 stock transformers over that stream (tests/reference/chip_in_transformers.py)
 #   text          stock transformers' text logits, spliced vs base checkpoint
-#   generate      inband generate (base and spliced) vs stock transformers' logits
+#   generate      inband generate (base and spliced; Qwen's layers on the CPU and on CUDA)
+#                 vs stock transformers' logits; CPU vs CUDA logits; text speed on each
 #   speed         examples on CUDA (output compared with golden's); stock transformers
 #                 decoding the spliced checkpoint on the same token stream
 #   bench         inband bench --device cuda
@@ -22,7 +23,8 @@
 #                 CUDA): `[C: 847*293]` and Euler #10 as a ```c block, forced tokens
 #   fib           fib inside the spliced checkpoint on CUDA
 #   untouched     host-runtime/tests/inband_exec.rs (carried as .gpu/bin/inband_exec), its
-#                 code regions on CUDA: Qwen's caches end as if the VM had never run
+#                 code regions on CUDA, Qwen's layers on the CPU then on CUDA: Qwen's caches
+#                 end as if the VM had never run
 set -u
 cd "$(dirname "$0")/.."
 LIMIT=${1:-540}
@@ -104,13 +106,25 @@ for section in "${SECTIONS[@]}"; do
         step 150 python3 tests/reference/qwen35_reference.py compare-text "$W/base" "$W/spliced"
         ;;
     generate)
+        # Qwen's layers on the CPU (as everywhere) and on the GPU (--device cuda).
         for m in base spliced; do
             [ -d "$W/$m" ] || continue
-            step 120 $B/inband generate --model "$W/$m" --prompt "$PROMPT" --max-tokens 8 --logits "$W/gen-$m"
+            for d in cpu cuda; do
+                step 200 $B/inband generate --model "$W/$m" --device $d --stats --prompt "$PROMPT" --max-tokens 8 \
+                    --logits "$W/gen-$m-$d"
+            done
         done
-        step 150 python3 tests/reference/qwen35_reference.py compare-generate "$W/base" "$W/gen-base"
-        [ -f "$W/gen-spliced.f32" ] && step 10 cmp "$W/gen-base.f32" "$W/gen-spliced.f32" &&
-            echo "   generate: spliced checkpoint's text-mode logits bit-identical to the base's" >>"$LOG"
+        for d in cpu cuda; do
+            step 150 python3 tests/reference/qwen35_reference.py compare-generate "$W/base" "$W/gen-base-$d"
+            [ -f "$W/gen-spliced-$d.f32" ] && step 10 cmp "$W/gen-base-$d.f32" "$W/gen-spliced-$d.f32" &&
+                echo "   generate ($d): spliced checkpoint's text-mode logits bit-identical to the base's" >>"$LOG"
+        done
+        step 60 python3 tests/reference/qwen35_reference.py compare-runs "$W/gen-base-cpu" "$W/gen-base-cuda"
+        # Text speed: a longer greedy generation on each device.
+        for d in cpu cuda; do
+            step 200 $B/inband generate --model "$W/base" --device $d --stats --prompt "$PROMPT" --max-tokens 64 \
+                --no-exec >/dev/null
+        done
         ;;
     speed)
         step 150 python3 tests/reference/chip_in_transformers.py decode-speed "$W/spliced" .gpu/trace/hello.trace 310
@@ -130,14 +144,15 @@ for section in "${SECTIONS[@]}"; do
         vs_golden $section 590 && cat "$W/$section.cuda" >>"$LOG"
         ;;
     inband)
-        G=(--model "$W/spliced" --vm-device cuda --stats --max-tokens 4 --prompt "$PROMPT")
+        G=(--model "$W/spliced" --device cuda --vm-device cuda --stats --max-tokens 4 --prompt "$PROMPT")
         step 200 $B/inband generate "${G[@]}" --force "Question: 847*293? Answer: [C: 847*293]"
         # Euler #10 as a model would write it: the example without its header comment.
         fence=$(printf '```c\n%s\n```\n' "$(grep -v -E '^ ?(/\*| \*)' firmware/examples/euler10.c)")
         step 590 $B/inband generate "${G[@]}" --force "$fence"
         ;;
     untouched)
-        INBAND_VM_DEVICE=cuda step 300 .gpu/bin/inband_exec --nocapture
+        INBAND_VM_DEVICE=cuda step 200 .gpu/bin/inband_exec --nocapture
+        INBAND_VM_DEVICE=cuda INBAND_TEXT_DEVICE=cuda step 200 .gpu/bin/inband_exec --nocapture
         ;;
     *) echo "unknown section $section" >>"$LOG" ;;
     esac

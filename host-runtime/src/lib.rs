@@ -10,7 +10,8 @@
 //! - [`spliced`]: a spliced checkpoint opened for VM mode;
 //! - [`text`]: text mode: Qwen's own layers, the checkpoint's tokenizer, generation;
 //! - [`inband`]: in-band execution: code regions in generated text run in the chip;
-//! - `gpu` (feature `cuda`): the chip layers as one CUDA kernel.
+//! - `gpu` (feature `cuda`): the chip layers as one CUDA kernel; Qwen's own layers for
+//!   text mode as small kernels.
 
 #[cfg(feature = "cuda")]
 pub mod gpu;

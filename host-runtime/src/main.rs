@@ -186,6 +186,9 @@ struct GenerateOptions {
     /// Seed of the sampler.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Where Qwen's own layers run: cpu, or cuda[:N].
+    #[arg(long, default_value = "cpu", value_parser = vm::Device::parse)]
+    device: vm::Device,
     /// Do not run code regions (`[C: expr]`, ```c blocks) in the chip.
     #[arg(long)]
     no_exec: bool,
@@ -336,7 +339,7 @@ struct TextSession<'a> {
 impl<'a> TextSession<'a> {
     /// `all_logits`: keep every position's logits (for `--logits`).
     fn open(options: &'a GenerateOptions, all_logits: bool) -> anyhow::Result<Self> {
-        let mut model = inband_host_runtime::text::TextModel::open(&options.model)?;
+        let mut model = inband_host_runtime::text::TextModel::open(&options.model, options.device)?;
         model.all_logits = all_logits;
         // In-band execution needs the checkpoint's chip.
         let chip = if !options.no_exec && model.spliced {

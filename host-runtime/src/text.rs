@@ -12,6 +12,7 @@ use anyhow::{bail, Context};
 use candle_core::Device;
 use inband_model_surgery::strip::Unsplicer;
 use inband_qwen35::checkpoint::{to_f32, Checkpoint};
+use inband_qwen35::dense::DenseState;
 use inband_qwen35::model::{DenseModel, ModelState};
 use inband_qwen35::weights::{Array, TensorSource, WeightError};
 use rand::{Rng, SeedableRng};
@@ -43,9 +44,96 @@ impl TensorSource for BaseView {
     }
 }
 
+/// Where Qwen's own layers run.
+pub enum TextEngine {
+    /// The dense path on the CPU (candle tensors, row-invariant projections).
+    Cpu(Box<DenseModel>),
+    /// The GPU text kernels.
+    #[cfg(feature = "cuda")]
+    Cuda(Box<crate::gpu::text::GpuTextModel>),
+}
+
+/// Qwen's caches and recurrent states for one sequence, where the engine keeps them.
+pub enum TextState {
+    Cpu(ModelState),
+    #[cfg(feature = "cuda")]
+    Cuda(crate::gpu::text::GpuTextState),
+}
+
+impl TextState {
+    /// The position of the next token.
+    pub fn position(&self) -> usize {
+        match self {
+            Self::Cpu(s) => s.position,
+            #[cfg(feature = "cuda")]
+            Self::Cuda(s) => s.position,
+        }
+    }
+}
+
+impl TextEngine {
+    fn new_state(&self) -> anyhow::Result<TextState> {
+        Ok(match self {
+            Self::Cpu(m) => TextState::Cpu(m.new_state()?),
+            #[cfg(feature = "cuda")]
+            Self::Cuda(m) => TextState::Cuda(m.new_state()?),
+        })
+    }
+
+    /// Runs `tokens` after `state`; the logits of every position, or of the last only.
+    fn logits(&self, tokens: &[u32], state: &mut TextState, every_row: bool) -> anyhow::Result<Vec<Vec<f32>>> {
+        match (self, state) {
+            (Self::Cpu(m), TextState::Cpu(s)) => {
+                let logits = if every_row {
+                    m.logits(tokens, s)?
+                } else {
+                    m.last_logits(tokens, s)?
+                };
+                Ok(logits.to_vec2::<f32>()?)
+            }
+            #[cfg(feature = "cuda")]
+            (Self::Cuda(m), TextState::Cuda(s)) => {
+                let first = if every_row { 0 } else { tokens.len().saturating_sub(1) };
+                m.logits_from(tokens, s, first)
+            }
+            #[cfg(feature = "cuda")]
+            _ => bail!("a text state used with another engine"),
+        }
+    }
+
+    /// Every number in the carried state (conv windows, GDN memories, attention keys and
+    /// values), to compare two states bit for bit.
+    pub fn state_numbers(&self, state: &TextState) -> anyhow::Result<Vec<Vec<f32>>> {
+        let flat = |t: &candle_core::Tensor| -> anyhow::Result<Vec<f32>> { Ok(t.flatten_all()?.to_vec1()?) };
+        match (self, state) {
+            (Self::Cpu(_), TextState::Cpu(s)) => {
+                let mut out = Vec::new();
+                for layer in &s.layers {
+                    match layer {
+                        DenseState::Gdn { conv, recurrent } => {
+                            out.push(flat(conv)?);
+                            out.push(flat(recurrent)?);
+                        }
+                        DenseState::Attention { keys, values } => {
+                            for t in [keys, values] {
+                                out.push(t.as_ref().map(flat).transpose()?.unwrap_or_default());
+                            }
+                        }
+                    }
+                }
+                Ok(out)
+            }
+            #[cfg(feature = "cuda")]
+            (Self::Cuda(m), TextState::Cuda(s)) => s.numbers(m),
+            #[cfg(feature = "cuda")]
+            _ => bail!("a text state used with another engine"),
+        }
+    }
+}
+
 /// A checkpoint opened for text generation.
 pub struct TextModel {
-    pub model: DenseModel,
+    pub model: TextEngine,
     pub tokenizer: Tokenizer,
     /// Token ids that end a generation (generation_config.json's eos_token_id).
     pub eos: Vec<u32>,
@@ -65,20 +153,39 @@ pub enum Sampling {
 }
 
 impl TextModel {
-    pub fn open(dir: &Path) -> anyhow::Result<Self> {
+    /// Opens the checkpoint in `dir` with Qwen's layers on `device`.
+    pub fn open(dir: &Path, device: crate::vm::Device) -> anyhow::Result<Self> {
         let checkpoint = Checkpoint::open(dir).with_context(|| format!("cannot open {}", dir.display()))?;
-        let device = Device::Cpu;
         let spliced = checkpoint.raw_config.get("inband").is_some();
-        let model = if spliced {
+        let base_view;
+        let (config, prefix, source): (_, _, &dyn TensorSource) = if spliced {
             let opened = crate::spliced::SplicedModel::open(dir)?;
-            let view = BaseView(Unsplicer::open(dir).map_err(anyhow::Error::msg)?);
-            DenseModel::from_source(&opened.base, &opened.section.text_prefix, &view, &device)?
+            base_view = BaseView(Unsplicer::open(dir).map_err(anyhow::Error::msg)?);
+            (opened.base, opened.section.text_prefix, &base_view)
         } else {
-            DenseModel::from_checkpoint(&checkpoint, &device)?
-        }
-        // Forced and injected tokens go through as prefills: exact only if batching
-        // cannot change a token's numbers.
-        .row_invariant();
+            (
+                checkpoint.config.clone(),
+                checkpoint.text_prefix().to_string(),
+                &checkpoint,
+            )
+        };
+        let model = match device {
+            // Forced and injected tokens go through as prefills: exact only if batching
+            // cannot change a token's numbers.
+            crate::vm::Device::Cpu => {
+                TextEngine::Cpu(Box::new(
+                DenseModel::from_source(&config, &prefix, source, &Device::Cpu)?.row_invariant(),
+            ))
+            }
+            #[cfg(feature = "cuda")]
+            crate::vm::Device::Cuda(ordinal) => TextEngine::Cuda(Box::new(crate::gpu::text::GpuTextModel::from_source(
+                &config, &prefix, source, ordinal,
+            )?)),
+            #[cfg(not(feature = "cuda"))]
+            crate::vm::Device::Cuda(_) => bail!(
+                "this inband was built without CUDA support: build it with `scripts/build-gpu.sh` (cargo feature `cuda`)"
+            ),
+        };
         let tokenizer = Tokenizer::from_file(dir.join("tokenizer.json"))
             .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", dir.join("tokenizer.json").display()))?;
         let eos = eos_ids(dir);
@@ -124,18 +231,13 @@ impl TextModel {
     fn prefill(
         &self,
         pending: &mut Vec<u32>,
-        state: &mut ModelState,
+        state: &mut TextState,
         rows: &mut Vec<Vec<f32>>,
         seconds: &mut f64,
     ) -> anyhow::Result<()> {
         if !pending.is_empty() {
             let start = std::time::Instant::now();
-            let logits = if self.all_logits {
-                self.model.logits(pending, state)?
-            } else {
-                self.model.last_logits(pending, state)?
-            };
-            rows.extend(logits.to_vec2::<f32>()?);
+            rows.extend(self.model.logits(pending, state, self.all_logits)?);
             pending.clear();
             *seconds += start.elapsed().as_secs_f64();
         }
@@ -158,7 +260,7 @@ impl TextModel {
         if prompt.is_empty() {
             bail!("the prompt encodes to no tokens");
         }
-        let mut state: ModelState = self.model.new_state()?;
+        let mut state = self.model.new_state()?;
         let mut rng = match sampling {
             Sampling::Temperature(_, seed) => Some(rand::rngs::StdRng::seed_from_u64(seed)),
             Sampling::Greedy => None,
@@ -247,7 +349,7 @@ pub struct Generation {
     /// call's last position (the rows the choices read).
     pub rows: Vec<Vec<f32>>,
     /// Qwen's caches and recurrent states at the end.
-    pub state: ModelState,
+    pub state: TextState,
     /// Each code region run, with its result.
     pub executions: Vec<(Region, Execution)>,
     /// Time spent in the model's forward passes (prompt, prefills, choices).

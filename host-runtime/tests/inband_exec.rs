@@ -6,20 +6,18 @@ use inband_host_runtime::inband::{Executor, Region};
 use inband_host_runtime::text::{Generation, Sampling, TextModel};
 use inband_host_runtime::vm::Device;
 use inband_model_surgery::synth::{synth, SynthOptions};
-use inband_qwen35::dense::DenseState;
 use inband_qwen35::presets::Shape;
 use inband_weightgen::rv32im::host::Rv32Chip;
 
 const FORCED: &str = "Let me compute that: [C: 847*293] and run a program:\n```c\n#include <stdio.h>\n\
 int main(void) { printf(\"%d\\n\", 6 * 7); return 0; }\n```\nAnd [C: nope] fails.";
 
-fn flat(t: &candle_core::Tensor) -> Vec<f32> {
-    t.flatten_all().and_then(|t| t.to_vec1()).expect("f32 tensor")
-}
-
 /// Qwen's caches and recurrent states, bit for bit.
-fn assert_same_state(x: &Generation, y: &Generation) {
-    let (a, b) = (state_numbers(x), state_numbers(y));
+fn assert_same_state(model: &TextModel, x: &Generation, y: &Generation) {
+    let (a, b) = (
+        model.model.state_numbers(&x.state).unwrap(),
+        model.model.state_numbers(&y.state).unwrap(),
+    );
     assert_eq!(a.len(), b.len());
     for (i, (x, y)) in a.iter().zip(&b).enumerate() {
         assert!(
@@ -29,22 +27,11 @@ fn assert_same_state(x: &Generation, y: &Generation) {
     }
 }
 
-/// Every number in Qwen's carried state: conv windows, GDN memories, attention keys/values.
-fn state_numbers(g: &Generation) -> Vec<Vec<f32>> {
-    let mut out = Vec::new();
-    for layer in &g.state.layers {
-        match layer {
-            DenseState::Gdn { conv, recurrent } => {
-                out.push(flat(conv));
-                out.push(flat(recurrent));
-            }
-            DenseState::Attention { keys, values } => {
-                out.push(keys.as_ref().map(flat).unwrap_or_default());
-                out.push(values.as_ref().map(flat).unwrap_or_default());
-            }
-        }
-    }
-    out
+/// `INBAND_{name}_DEVICE` (cpu by default): a CUDA build of this test runs there.
+fn device(name: &str) -> Device {
+    std::env::var(format!("INBAND_{name}_DEVICE"))
+        .map_or(Ok(Device::Cpu), |d| Device::parse(&d))
+        .unwrap()
 }
 
 #[test]
@@ -57,15 +44,12 @@ fn code_regions_run_in_the_chip_and_qwen_state_is_untouched() {
         text_only: false,
     };
     synth(&options, &dir, &mut |_, _| {}).unwrap();
-    let mut model = TextModel::open(&dir).unwrap();
+    let mut model = TextModel::open(&dir, device("TEXT")).unwrap();
     model.all_logits = true;
     let chip = Rv32Chip::build(&Shape::Tiny.config()).unwrap();
     let executor = Executor {
         chip: &chip,
-        // INBAND_VM_DEVICE=cuda runs the regions on the GPU (a CUDA build of this test).
-        device: std::env::var("INBAND_VM_DEVICE")
-            .map_or(Ok(Device::Cpu), |d| Device::parse(&d))
-            .unwrap(),
+        device: device("VM"),
         toolchain: inband_firmware::Toolchain::locate(None).ok(),
         budget: 100_000,
         report: false,
@@ -100,8 +84,8 @@ fn code_regions_run_in_the_chip_and_qwen_state_is_untouched() {
     assert_eq!(replay.ids, first.ids);
     assert!(replay.executions.is_empty());
     assert_eq!(replay.rows, first.rows, "logits differ");
-    assert_eq!(replay.state.position, first.state.position);
-    assert_same_state(&first, &replay);
+    assert_eq!(replay.state.position(), first.state.position());
+    assert_same_state(&model, &first, &replay);
 
     // The vocabulary projection only where a choice reads it: the same choices and bits.
     model.all_logits = false;
@@ -111,5 +95,5 @@ fn code_regions_run_in_the_chip_and_qwen_state_is_untouched() {
     assert_eq!(lean.ids, first.ids);
     assert_eq!(lean.rows.last(), first.rows.last(), "the last logits differ");
     assert!(lean.rows.len() < first.rows.len());
-    assert_same_state(&first, &lean);
+    assert_same_state(&model, &first, &lean);
 }

@@ -5,6 +5,7 @@
     qwen35_reference.py logits DIR IDS...     print JSON {prefill, decode} logits for the token ids
     qwen35_reference.py compare-text BASE SPLICED   text-mode logits of a spliced checkpoint vs its base
     qwen35_reference.py compare-generate DIR PREFIX  `inband generate --logits PREFIX` vs transformers on DIR
+    qwen35_reference.py compare-runs PREFIX PREFIX   two `inband generate --logits` runs against each other
 
 Used by the exactness suites where torch and transformers are installed (a development
 venv, or the GPU machine); nothing here runs in CI.
@@ -102,6 +103,19 @@ def compare_generate(model_dir, prefix):
                       "largest_logit": theirs.abs().max().item(), "device": device}))
 
 
+def compare_runs(a, b):
+    """Two `inband generate --logits` runs (e.g. Qwen's layers on the CPU and on CUDA):
+    the same ids, and how far their logits are apart. Prints JSON."""
+    import numpy as np
+
+    metas = [json.load(open(p + ".json")) for p in (a, b)]
+    rows = [np.fromfile(p + ".f32", dtype="<f4").reshape(m["rows"], m["vocab"]) for p, m in zip((a, b), metas)]
+    same_shape = rows[0].shape == rows[1].shape
+    print(json.dumps({"same_ids": metas[0]["ids"] == metas[1]["ids"], "same_shape": same_shape,
+                      "max_abs_diff": float(np.abs(rows[0] - rows[1]).max()) if same_shape else None,
+                      "largest_logit": float(np.abs(rows[0]).max())}))
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "random-model":
         random_model(sys.argv[2])
@@ -109,6 +123,8 @@ if __name__ == "__main__":
         compare_text_logits(sys.argv[2], sys.argv[3])
     elif sys.argv[1] == "compare-generate":
         compare_generate(sys.argv[2], sys.argv[3])
+    elif sys.argv[1] == "compare-runs":
+        compare_runs(sys.argv[2], sys.argv[3])
     elif sys.argv[1] == "logits":
         logits(sys.argv[2], [int(i) for i in sys.argv[3:]])
     else:

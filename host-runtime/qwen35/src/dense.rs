@@ -1,5 +1,5 @@
-//! The dense evaluation path, on candle tensors (CPU now; the same code runs on CUDA
-//! with candle's `cuda` feature). Every layer type: Gated DeltaNet mixers with their
+//! The dense evaluation path, on candle tensors on the CPU (the GPU runs the same math
+//! in its own kernels: inband-host-runtime's `gpu::text`). Every layer type: Gated DeltaNet mixers with their
 //! conv and recurrent state, gated full attention with a KV cache and partial RoPE,
 //! the SwiGLU MLP and the zero-centred RMSNorms. Shapes are [B, T, H]; decode is T = 1,
 //! prefill any T, with state carried between calls.

@@ -6,7 +6,48 @@ use candle_core::{Device, Tensor};
 use crate::checkpoint::Checkpoint;
 use crate::config::TextConfig;
 use crate::dense::{tensor, DenseHead, DenseLayer, DenseState};
-use crate::weights::{DecoderLayer, TensorSource};
+use crate::weights::{Array, DecoderLayer, TensorSource};
+
+/// A text model's tensors outside its decoder layers.
+pub struct OuterTensors {
+    /// [vocab, H].
+    pub embed: Array,
+    /// [vocab, H]: the embedding again when the checkpoint ties them.
+    pub lm_head: Array,
+    /// [H], zero-centred.
+    pub final_norm: Array,
+}
+
+/// Reads the text model `config` describes from `source` (`prefix`: the text model's
+/// tensor-name prefix, e.g. `model.language_model.`): each decoder layer is handed to
+/// `layer` as soon as it is read (so a device copy never waits for the whole model in
+/// host memory); the tensors around the layers are returned.
+pub fn load_text_model(
+    config: &TextConfig,
+    prefix: &str,
+    source: &dyn TensorSource,
+    mut layer: impl FnMut(usize, DecoderLayer) -> anyhow::Result<()>,
+) -> anyhow::Result<OuterTensors> {
+    let p = prefix;
+    for (i, kind) in config.layer_types.iter().enumerate() {
+        layer(
+            i,
+            DecoderLayer::load(source, &format!("{p}layers.{i}."), *kind, config)?,
+        )?;
+    }
+    let embed = source.tensor(&format!("{p}embed_tokens.weight"))?;
+    let lm_head = if config.tie_word_embeddings {
+        embed.clone()
+    } else {
+        source.tensor("lm_head.weight")?
+    };
+    let final_norm = source.tensor(&format!("{p}norm.weight"))?;
+    Ok(OuterTensors {
+        embed,
+        lm_head,
+        final_norm,
+    })
+}
 
 /// The dense model.
 pub struct DenseModel {
@@ -37,25 +78,16 @@ impl DenseModel {
         source: &dyn TensorSource,
         device: &Device,
     ) -> anyhow::Result<Self> {
-        let c = config;
-        let p = prefix;
-        let embed = source.tensor(&format!("{p}embed_tokens.weight"))?;
-        let lm_head = if c.tie_word_embeddings {
-            embed.clone()
-        } else {
-            source.tensor("lm_head.weight")?
-        };
-        let mut layers = Vec::with_capacity(c.num_hidden_layers);
-        for (i, kind) in c.layer_types.iter().enumerate() {
-            let layer = DecoderLayer::load(source, &format!("{p}layers.{i}."), *kind, c)?;
-            layers.push(DenseLayer::new(&layer, c, device)?);
-        }
-        let norm = source.tensor(&format!("{p}norm.weight"))?;
+        let mut layers = Vec::with_capacity(config.num_hidden_layers);
+        let tensors = load_text_model(config, prefix, source, |_, layer| {
+            layers.push(DenseLayer::new(&layer, config, device)?);
+            Ok(())
+        })?;
         Ok(Self {
-            config: c.clone(),
-            embed: tensor(&embed, device)?,
+            config: config.clone(),
+            embed: tensor(&tensors.embed, device)?,
             layers,
-            head: DenseHead::new(&norm, &lm_head, c, device)?,
+            head: DenseHead::new(&tensors.final_norm, &tensors.lm_head, config, device)?,
             device: device.clone(),
         })
     }

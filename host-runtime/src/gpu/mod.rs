@@ -8,12 +8,16 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context};
 use cudarc::driver::sys::CUfunction_attribute_enum;
-use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg};
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg,
+};
 use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
 use inband_circuits::ChipToken;
 use inband_qwen35::weights::{Array, DecoderLayer, Mixer};
 use inband_weightgen::rv32im::host::PassEngine;
 use inband_weightgen::Chip;
+
+pub mod text;
 
 const KERNEL: &str = include_str!("chip_kernel.cu");
 const THREADS: u32 = 1024;
@@ -196,6 +200,29 @@ pub struct GpuChip {
     recurrent: Vec<u32>,
     dk: usize,
     dv: usize,
+}
+
+/// Compiles CUDA `source` with NVRTC for the H200 and loads it into `ctx`.
+fn compile(ctx: &Arc<CudaContext>, source: &str, what: &str) -> anyhow::Result<Arc<CudaModule>> {
+    let ptx = compile_ptx_with_opts(
+        source,
+        CompileOptions {
+            // The CPU path neither fuses multiply-adds nor flushes denormals.
+            fmad: Some(false),
+            ftz: Some(false),
+            prec_div: Some(true),
+            prec_sqrt: Some(true),
+            arch: Some("sm_90"),
+            options: std::env::var(KERNEL_OPTIONS_ENV)
+                .unwrap_or_default()
+                .split_whitespace()
+                .map(String::from)
+                .collect(),
+            ..Default::default()
+        },
+    )
+    .with_context(|| format!("NVRTC could not compile {what}"))?;
+    ctx.load_module(ptx).with_context(|| format!("loading {what}"))
 }
 
 /// Checks that the CUDA driver and NVRTC libraries can be loaded.
@@ -393,25 +420,7 @@ impl GpuChip {
 
         let ctx = CudaContext::new(ordinal).with_context(|| format!("cannot open CUDA device {ordinal}"))?;
         let stream = ctx.default_stream();
-        let ptx = compile_ptx_with_opts(
-            KERNEL,
-            CompileOptions {
-                // The CPU path neither fuses multiply-adds nor flushes denormals.
-                fmad: Some(false),
-                ftz: Some(false),
-                prec_div: Some(true),
-                prec_sqrt: Some(true),
-                arch: Some("sm_90"),
-                options: std::env::var(KERNEL_OPTIONS_ENV)
-                    .unwrap_or_default()
-                    .split_whitespace()
-                    .map(String::from)
-                    .collect(),
-                ..Default::default()
-            },
-        )
-        .context("NVRTC could not compile the chip kernel")?;
-        let module = ctx.load_module(ptx).context("loading the chip kernel")?;
+        let module = compile(&ctx, KERNEL, "the chip kernel")?;
         let kernel = module.load_function("chip_passes")?;
         if spec.kinds.len() > 32 || spec.fields.len() > 64 {
             bail!("the GPU chip kernel handles up to 32 token kinds and 64 fields");
