@@ -14,24 +14,37 @@ _millicode:
         j       rem_entry               # slot 2: REM   (funct3 110)
         j       remu_entry              # slot 3: REMU  (funct3 111)
 
+# The unsigned entries check the last division's operands themselves (a hit returns
+# from the entry's own row, one row of eight instructions), so the common
+# divu-then-remu pair costs few passes.
+        .balign 32
 divu_entry:
-        mv      x5, x29
+        beqz    x30, 2f
+        bne     x29, x14, 1f
+        bne     x30, x15, 1f
+        mv      x31, x16
+        ecall
+1:      mv      x5, x29
         mv      x6, x30
-        beqz    x6, 1f
-        jal     x1, udivmod
+        jal     x1, udivmod_miss
         mv      x31, x7
         ecall
-1:      li      x31, -1
+2:      li      x31, -1
         ecall
 
+        .balign 32
 remu_entry:
-        mv      x5, x29
+        beqz    x30, 2f
+        bne     x29, x14, 1f
+        bne     x30, x15, 1f
+        mv      x31, x17
+        ecall
+1:      mv      x5, x29
         mv      x6, x30
-        beqz    x6, 1f
-        jal     x1, udivmod
+        jal     x1, udivmod_miss
         mv      x31, x8
         ecall
-1:      mv      x31, x29
+2:      mv      x31, x29
         ecall
 
 div_entry:
@@ -74,34 +87,51 @@ rem_entry:
 # x7 = x5 / x6, x8 = x5 % x6 (unsigned, x6 != 0). The last division's operands and
 # results stay in x14..x17: a quotient and a remainder of the same operands (gcc
 # emits divu then remu, in libgcc's 64-bit division too) cost one routine. Otherwise
-# restoring division, skipping the dividend's leading zero bytes first.
+# long division over the quotient's bits only: the divisor is shifted up under the
+# dividend (whole bytes first), then each step subtracts it where it fits and halves it.
+# It uses x5..x10 and x18 only (the signed entries keep their sign masks in x11, x12).
 udivmod:
-        bne     x5, x14, 1f
-        bne     x6, x15, 1f
+        bne     x5, x14, udivmod_miss
+        bne     x6, x15, udivmod_miss
         mv      x7, x16
         mv      x8, x17
         ret
-1:      mv      x14, x5
+        .balign 32
+udivmod_miss:
+        mv      x14, x5
         mv      x15, x6
         li      x7, 0
-        li      x8, 0
-        li      x9, 32
-2:      srli    x10, x5, 24             # skip whole zero bytes while any remain
-        bnez    x10, 3f
-        slli    x5, x5, 8
-        addi    x9, x9, -8
-        bnez    x9, 2b
-        j       5f
-3:      slli    x8, x8, 1
-        srli    x10, x5, 31
-        or      x8, x8, x10
-        slli    x5, x5, 1
-        slli    x7, x7, 1
-        bltu    x8, x6, 4f
-        sub     x8, x8, x6
+        bltu    x5, x6, 6f              # n < d: quotient 0, remainder n
+        srli    x18, x5, 1
+        bltu    x18, x6, 7f             # n < 2d: quotient 1, remainder n - d
+        mv      x10, x6                 # d << k
+        li      x9, 0                   # k: the quotient has k + 1 bits
+# Each loop sits inside one ROM row of eight instructions: a jump within a row costs
+# no pass, one to another row costs an `x` pass.
+        .balign 32
+2:      srli    x18, x5, 8              # while (d << k) << 8 <= n, i.e. d << k <= n >> 8
+        bltu    x18, x10, 3f
+        slli    x10, x10, 8
+        addi    x9, x9, 8
+        j       2b
+        .balign 32
+3:      srli    x18, x5, 1              # while (d << k) << 1 <= n
+        bltu    x18, x10, 4f
+        slli    x10, x10, 1
+        addi    x9, x9, 1
+        j       3b
+        .balign 32
+4:      slli    x7, x7, 1               # one quotient bit per step, from the top
+        bltu    x5, x10, 5f
+        sub     x5, x5, x10
         ori     x7, x7, 1
-4:      addi    x9, x9, -1
-        bnez    x9, 3b
-5:      mv      x16, x7
+5:      srli    x10, x10, 1
+        addi    x9, x9, -1
+        bgez    x9, 4b
+6:      mv      x8, x5
+        mv      x16, x7
         mv      x17, x8
         ret
+7:      li      x7, 1
+        sub     x5, x5, x6
+        j       6b

@@ -173,14 +173,14 @@ impl TextModel {
             // Forced and injected tokens go through as prefills: exact only if batching
             // cannot change a token's numbers.
             crate::vm::Device::Cpu => {
-                TextEngine::Cpu(Box::new(
-                DenseModel::from_source(&config, &prefix, source, &Device::Cpu)?.row_invariant(),
-            ))
+                let dense = DenseModel::from_source(&config, &prefix, source, &Device::Cpu)?;
+                TextEngine::Cpu(Box::new(dense.row_invariant()))
             }
             #[cfg(feature = "cuda")]
-            crate::vm::Device::Cuda(ordinal) => TextEngine::Cuda(Box::new(crate::gpu::text::GpuTextModel::from_source(
-                &config, &prefix, source, ordinal,
-            )?)),
+            crate::vm::Device::Cuda(ordinal) => {
+                let gpu = crate::gpu::text::GpuTextModel::from_source(&config, &prefix, source, ordinal)?;
+                TextEngine::Cuda(Box::new(gpu))
+            }
             #[cfg(not(feature = "cuda"))]
             crate::vm::Device::Cuda(_) => bail!(
                 "this inband was built without CUDA support: build it with `scripts/build-gpu.sh` (cargo feature `cuda`)"

@@ -284,13 +284,16 @@ impl GpuTextModel {
     pub fn logits_from(&self, tokens: &[u32], state: &mut GpuTextState, first: usize) -> anyhow::Result<Vec<Vec<f32>>> {
         anyhow::ensure!(first < tokens.len(), "no tokens to run");
         let c = &self.config;
+        if let Some(bad) = tokens.iter().find(|&&id| id as usize >= c.vocab_size) {
+            bail!("token id {bad} is outside the model's vocabulary of {}", c.vocab_size);
+        }
         let (t, width) = (tokens.len(), c.hidden_size);
         let ids = self.stream.clone_htod(tokens)?;
         let mut h = self.stream.alloc_zeros::<f32>(t * width)?;
         let w = width as u32;
         let mut l = self.stream.launch_builder(&self.k.embed);
         l.arg(&ids).arg(&self.embed.data).arg(&mut h).arg(&w);
-        // SAFETY: ids holds t token ids below vocab, h holds t rows of width.
+        // SAFETY: ids holds t token ids below vocab (checked), h holds t rows of width.
         unsafe { l.launch(rows_of(t)) }?;
         for (layer, layer_state) in self.layers.iter().zip(&mut state.layers) {
             self.layer(layer, layer_state, &mut h, t, state.position)?;
