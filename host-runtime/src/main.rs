@@ -186,13 +186,13 @@ struct GenerateOptions {
     /// Seed of the sampler.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// Where Qwen's own layers run: cpu, or cuda[:N].
+    /// Where Qwen's own layers run: cpu, or cuda[:N] (needs a CUDA build).
     #[arg(long, default_value = "cpu", value_parser = vm::Device::parse)]
     device: vm::Device,
     /// Do not run code regions (`[C: expr]`, ```c blocks) in the chip.
     #[arg(long)]
     no_exec: bool,
-    /// (in-band execution) Where the chip runs: cpu, or cuda[:N].
+    /// (in-band execution) Where the chip runs: cpu, or cuda[:N] (needs a CUDA build).
     #[arg(long, default_value = "cpu", value_parser = vm::Device::parse)]
     vm_device: vm::Device,
     /// (in-band execution) Instructions one code region may retire.
