@@ -438,14 +438,20 @@ fn attend(query: &Tensor, key: &Tensor, value: &Tensor, nh: usize) -> Result<Ten
         .reshape((batch, t, nh * hd))
 }
 
+/// RoPE's rotary_dim / 2 inverse frequencies, in f32 (the GPU text kernels take these too).
+pub fn rope_inv_freq(c: &TextConfig) -> Vec<f32> {
+    let rot = c.rotary_dim();
+    let theta = c.rope_parameters.rope_theta as f32;
+    (0..rot / 2)
+        .map(|i| 1.0 / theta.powf((2 * i) as f32 / rot as f32))
+        .collect()
+}
+
 /// cos and sin tables [T, rotary_dim] for positions `start..start+t` (text-only
 /// positions make Qwen3.5's interleaved mRoPE ordinary RoPE).
 fn rope_tables(c: &TextConfig, start: usize, t: usize, device: &Device) -> Result<(Tensor, Tensor)> {
     let rot = c.rotary_dim();
-    let theta = c.rope_parameters.rope_theta as f32;
-    let inv_freq: Vec<f32> = (0..rot / 2)
-        .map(|i| 1.0 / theta.powf((2 * i) as f32 / rot as f32))
-        .collect();
+    let inv_freq = rope_inv_freq(c);
     let mut cos = Vec::with_capacity(t * rot);
     let mut sin = Vec::with_capacity(t * rot);
     for p in start..start + t {

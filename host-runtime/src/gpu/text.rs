@@ -7,9 +7,10 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context};
 use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, CudaView, LaunchConfig, PushKernelArg};
+use inband_qwen35::dense::rope_inv_freq;
 use inband_qwen35::model::load_text_model;
 use inband_qwen35::scalar::L2NORM_EPS;
-use inband_qwen35::weights::{Array, DecoderLayer, FullAttention, LinearAttention, Mixer, TensorSource};
+use inband_qwen35::weights::{Array, DecoderLayer, Mixer, TensorSource};
 use inband_qwen35::TextConfig;
 
 const KERNEL: &str = include_str!("text_kernel.cu");
@@ -187,41 +188,24 @@ impl GpuTextModel {
         let mut layers = Vec::with_capacity(config.num_hidden_layers);
         let outer = load_text_model(config, prefix, source, |_, layer: DecoderLayer| {
             let mixer = match &layer.mixer {
-                Mixer::Linear(LinearAttention {
-                    in_proj_qkv,
-                    in_proj_z,
-                    in_proj_b,
-                    in_proj_a,
-                    conv1d,
-                    a_log,
-                    dt_bias,
-                    norm,
-                    out_proj,
-                }) => GpuMixer::Gdn(Gdn {
-                    qkv: weight(in_proj_qkv)?,
-                    z: weight(in_proj_z)?,
-                    b: weight(in_proj_b)?,
-                    a: weight(in_proj_a)?,
-                    conv: up(&conv1d.data)?,
-                    a_log_exp: up(&a_log.data.iter().map(|v| v.exp()).collect::<Vec<_>>())?,
-                    dt_bias: up(&dt_bias.data)?,
-                    norm: up(&norm.data)?,
-                    out_proj: weight(out_proj)?,
+                Mixer::Linear(la) => GpuMixer::Gdn(Gdn {
+                    qkv: weight(&la.in_proj_qkv)?,
+                    z: weight(&la.in_proj_z)?,
+                    b: weight(&la.in_proj_b)?,
+                    a: weight(&la.in_proj_a)?,
+                    conv: up(&la.conv1d.data)?,
+                    a_log_exp: up(&la.a_log.data.iter().map(|v| v.exp()).collect::<Vec<_>>())?,
+                    dt_bias: up(&la.dt_bias.data)?,
+                    norm: up(&la.norm.data)?,
+                    out_proj: weight(&la.out_proj)?,
                 }),
-                Mixer::Full(FullAttention {
-                    q_proj,
-                    k_proj,
-                    v_proj,
-                    o_proj,
-                    q_norm,
-                    k_norm,
-                }) => GpuMixer::Attention(Attention {
-                    q: weight(q_proj)?,
-                    k: weight(k_proj)?,
-                    v: weight(v_proj)?,
-                    o: weight(o_proj)?,
-                    q_gain: up(&gain(q_norm))?,
-                    k_gain: up(&gain(k_norm))?,
+                Mixer::Full(fa) => GpuMixer::Attention(Attention {
+                    q: weight(&fa.q_proj)?,
+                    k: weight(&fa.k_proj)?,
+                    v: weight(&fa.v_proj)?,
+                    o: weight(&fa.o_proj)?,
+                    q_gain: up(&gain(&fa.q_norm))?,
+                    k_gain: up(&gain(&fa.k_norm))?,
                 }),
             };
             layers.push(GpuLayer {
@@ -234,11 +218,6 @@ impl GpuTextModel {
             });
             Ok(())
         })?;
-        let rot = config.rotary_dim();
-        let theta = config.rope_parameters.rope_theta as f32;
-        let inv_freq: Vec<f32> = (0..rot / 2)
-            .map(|i| 1.0 / theta.powf((2 * i) as f32 / rot as f32))
-            .collect();
         Ok(Self {
             config: config.clone(),
             embed: weight(&outer.embed)?,
@@ -248,7 +227,7 @@ impl GpuTextModel {
                 Some(weight(&outer.lm_head)?)
             },
             final_gain: up(&gain(&outer.final_norm))?,
-            inv_freq: up(&inv_freq)?,
+            inv_freq: up(&rope_inv_freq(config))?,
             layers,
             k,
             stream,
@@ -525,8 +504,8 @@ impl GpuTextModel {
 
 impl GpuTextState {
     /// Every number of the carried state, copied to the host (to compare states).
-    pub fn numbers(&self, stream: &GpuTextModel) -> anyhow::Result<Vec<Vec<f32>>> {
-        let s = &stream.stream;
+    pub fn numbers(&self, model: &GpuTextModel) -> anyhow::Result<Vec<Vec<f32>>> {
+        let s = &model.stream;
         let mut out = Vec::new();
         for layer in &self.layers {
             match layer {
@@ -535,7 +514,7 @@ impl GpuTextState {
                     out.push(s.clone_dtoh(recurrent)?);
                 }
                 GpuLayerState::Attention { keys, values, len } => {
-                    let n = *len * stream.config.num_key_value_heads * stream.config.head_dim;
+                    let n = *len * model.config.num_key_value_heads * model.config.head_dim;
                     out.push(s.clone_dtoh(&keys.slice(..n))?);
                     out.push(s.clone_dtoh(&values.slice(..n))?);
                 }
