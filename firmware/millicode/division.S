@@ -1,7 +1,8 @@
 # inband chip millicode: DIV, DIVU, REM, REMU.
 #
-# The RV32IM chip runs the division instructions as this routine, in the ROM's last
-# head (0x1F000). Here register fields name shadow registers, except the window:
+# The RV32IM chip runs the division instructions as this routine, kept in the upper
+# halves of the ROM's last head's rows (pc 0x1F000 on, the same pcs as the user code in
+# their lower halves). Here register fields name shadow registers, except the window:
 # reading x29 reads the caller's rs1, reading x30 its rs2, writing x31 writes its rd.
 # `ecall` returns to the instruction after the division. Results follow the
 # specification: x/0 gives all ones (quotient) and x (remainder); INT_MIN/-1 gives
@@ -14,9 +15,13 @@ _millicode:
         j       rem_entry               # slot 2: REM   (funct3 110)
         j       remu_entry              # slot 3: REMU  (funct3 111)
 
+# The chip keeps this routine in the upper halves of ROM rows (entries 64..125; the
+# row's last two entries are its anchor), so the eighth instruction of every row of 32
+# bytes keeps only its low six nibbles: it must have a zero top byte (a nop, mv, ecall,
+# ret, xor, srli, a short forward branch ...). A test checks it.
+#
 # The unsigned entries check the last division's operands themselves (a hit returns
-# from the entry's own row, one row of eight instructions), so the common
-# divu-then-remu pair costs few passes.
+# from the entry's own row), so the common divu-then-remu pair costs few passes.
         .balign 32
 divu_entry:
         beqz    x30, 2f
@@ -24,9 +29,7 @@ divu_entry:
         bne     x30, x15, 1f
         mv      x31, x16
         ecall
-1:      mv      x5, x29
-        mv      x6, x30
-        jal     x1, udivmod_miss
+1:      jal     x1, udivmod_window
         mv      x31, x7
         ecall
 2:      li      x31, -1
@@ -39,9 +42,7 @@ remu_entry:
         bne     x30, x15, 1f
         mv      x31, x17
         ecall
-1:      mv      x5, x29
-        mv      x6, x30
-        jal     x1, udivmod_miss
+1:      jal     x1, udivmod_window
         mv      x31, x8
         ecall
 2:      mv      x31, x29
@@ -71,8 +72,8 @@ rem_entry:
         mv      x6, x30
         beqz    x6, 1f
         srai    x11, x5, 31
-        srai    x12, x6, 31
         xor     x5, x5, x11
+        srai    x12, x6, 31
         sub     x5, x5, x11
         xor     x6, x6, x12
         sub     x6, x6, x12
@@ -97,18 +98,20 @@ udivmod:
         mv      x8, x17
         ret
         .balign 32
+udivmod_window:                         # the unsigned entries' operands
+        mv      x5, x29
+        mv      x6, x30
 udivmod_miss:
         mv      x14, x5
         mv      x15, x6
         li      x7, 0
         bltu    x5, x6, 6f              # n < d: quotient 0, remainder n
+        mv      x10, x6                 # d << k
         srli    x18, x5, 1
         bltu    x18, x6, 7f             # n < 2d: quotient 1, remainder n - d
-        mv      x10, x6                 # d << k
         li      x9, 0                   # k: the quotient has k + 1 bits
 # Each loop sits inside one ROM row of eight instructions: a jump within a row costs
 # no pass, one to another row costs an `x` pass.
-        .balign 32
 2:      srli    x18, x5, 8              # while (d << k) << 8 <= n, i.e. d << k <= n >> 8
         bltu    x18, x10, 3f
         slli    x10, x10, 8

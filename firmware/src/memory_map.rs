@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! 0x0000_0000 .. 0x0001_0000   unmapped (null pointers trap)
-//! 0x0001_0000 .. 0x0001_F000   ROM, 60 KiB: program code, execute-only
+//! 0x0001_0000 .. 0x0002_0000   ROM, 64 KiB: program code, execute-only
 //! 0x0002_0000 .. 0x0002_8000   RAM, 32 KiB: rodata, data, bss, heap, stack (top)
 //! 0x1000_0000                  console: a byte store prints that byte
 //! 0x1000_0004                  exit: a word store halts with that exit code
@@ -15,9 +15,9 @@
 
 /// First byte of ROM (`.text`). Programs start executing here.
 pub const ROM_BASE: u32 = 0x0001_0000;
-/// ROM size in bytes: 15360 instructions (the chip's ROM holds 16384; the last 1024
-/// are its own millicode).
-pub const ROM_SIZE: u32 = 0x0000_F000;
+/// ROM size in bytes: 16384 instructions, the chip's whole ROM (its millicode sits beside
+/// them, in the same rows).
+pub const ROM_SIZE: u32 = 0x0001_0000;
 /// First byte of RAM.
 pub const RAM_BASE: u32 = 0x0002_0000;
 /// RAM size in bytes (four chip RAM banks of 2048 words); the initial stack pointer is

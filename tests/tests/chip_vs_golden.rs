@@ -174,6 +174,38 @@ fn boot_leaves_out_only_what_is_staged() {
     eprintln!("hello boots in {} passes instead of {}", lean.len(), full.len());
 }
 
+/// User code may fill the whole 64 KiB ROM: a program assembled flat into its last rows
+/// (which the millicode shares) divides there, prints, and runs off the ROM's end; the
+/// chip matches golden instruction by instruction, console and trap included.
+#[test]
+fn code_in_the_roms_last_rows() {
+    use inband_firmware::memory_map::{RAM_SIZE, ROM_BASE, ROM_SIZE};
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("flat/rom_end.S");
+    let base = ROM_BASE + ROM_SIZE - 0x1000;
+    let toolchain = inband_firmware::Toolchain::locate(None).expect("the RISC-V toolchain (scripts/setup.sh)");
+    let words = toolchain.assemble_flat(&source, base).expect("rom_end.S assembles");
+    let mut rom = vec![0u8; ROM_SIZE as usize];
+    for (i, w) in words.iter().enumerate() {
+        let at = (base - ROM_BASE) as usize + 4 * i;
+        rom[at..at + 4].copy_from_slice(&w.to_le_bytes());
+    }
+    let image = ProgramImage {
+        entry: base,
+        rom,
+        ram: vec![0; RAM_SIZE as usize],
+        code_bytes: ROM_SIZE,
+    };
+    let (want, console) = golden_end(&image, 1_000);
+    let RunEnd::Trapped(trap) = want else {
+        panic!("golden did not trap: {want:?}")
+    };
+    assert_eq!(console, b"9NNAB", "golden's console");
+    let (end, counts, chip_console) = lockstep("rom_end", &image, 1_000);
+    assert_eq!(end, ChipEnd::Trapped(trap));
+    assert_eq!(chip_console, console);
+    assert!(counts.retired > 20, "{counts:?}");
+}
+
 /// Traps end the same way on both engines (checked with their pc, cause and value).
 #[test]
 fn traps_match_golden() {

@@ -5,7 +5,7 @@
 //! nothing twice). Immediates are ANDs of an opcode and one instruction bit, so the
 //! format's bit routing needs no extra layer.
 //!
-//! Millicode (DIV, DIVU, REM, REMU run as a routine in the ROM's last head) sees the
+//! Millicode (DIV, DIVU, REM, REMU run as a routine beside user code in the ROM) sees the
 //! caller through a window: in millicode, register fields name shadow registers 32..63,
 //! except that reading x29 (through either source field) reads the caller's rs1, reading
 //! x30 its rs2, and writing x31 writes its rd. The `ctx` memories hold those register numbers and the return pc,

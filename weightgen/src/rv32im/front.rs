@@ -1,11 +1,15 @@
 //! The front end: which pass this is, the pc, the ROM and the instruction's bits.
 //!
-//! - `pc_base` (one row, first layer): the ROM row the pc is in, written by `x` tokens.
+//! - `pc_base` (one row, first layer): the ROM row the pc is in and the mode (user code
+//!   or millicode), written by `x` and `xm` tokens.
 //! - `rom_staging` (anchored, 32 rows): boot `bp` tokens stage a ROM row two nibbles at a
 //!   time; `bc` reads all 32 rows at once and writes the row into the ROM.
-//! - `rom` (anchored, all 16 heads of a layer): 2048 rows of eight instructions, each
-//!   instruction eight nibble levels. A fetch reads the base row and keeps the slot's
-//!   eight entries (the read's z gate), then 15 thresholds per nibble make exact bits.
+//! - `rom` (anchored, all 16 heads of a layer): 2048 rows of eight user instructions,
+//!   each instruction eight nibble levels (entries 0..63); the first rows of the last head
+//!   also hold millicode in entries 64..125 (see [`super::millicode`]), which `bc` adds
+//!   from the chip's weights. A fetch reads the base row and keeps the eight entries of
+//!   the slot in the mode's half (the read's z gate), then 15 thresholds per nibble make
+//!   exact bits.
 //! - `stage_lo`/`stage_hi`: the `w1 w2 w3` word, read back when a store commits or a
 //!   boot word is written.
 //! - next pc: the sequential successor (row + 1 after slot 7) as one-hots, for `x`
@@ -15,13 +19,58 @@ use inband_circuits::circuit::RowCode;
 use inband_circuits::primitives::{add_gated, all, level_thresholds, not};
 use inband_circuits::{Address, Circuit, Delayed, Expr, Range, Write};
 
-use super::tokens::{field, kind, ROW_PIECES, ROW_SLOTS};
+use super::millicode;
+use super::tokens::{field, kind, nibble, row_digits, ROW_PIECES, ROW_SLOTS};
 use super::wires::{entry_outputs, oh, onehot_bits, row_zero, Tok};
 
-/// Anchor of the ROM's rows: levels up to 15 in 64 entries read back within 0.004.
+/// Anchor of the ROM's rows: levels up to 15 in 120 entries (user code and millicode)
+/// read back within 0.007 (the thresholds allow 0.07).
 pub const ROM_ANCHOR: f64 = 4096.0;
 /// Anchor of each ROM staging row (32 rows are read at once, so their anchors add up).
 pub const ROM_STAGING_ANCHOR: f64 = 128.0;
+
+/// The ROM entry of millicode nibble 0 of slot 0 (the upper half of a row).
+const MC_ENTRY: usize = 64;
+/// One past the last ROM entry the millicode may use (the anchor takes the last two).
+const MC_END: usize = 128 - inband_circuits::contract::ANCHOR_ENTRIES;
+
+/// The millicode's ROM entries, added by a `bc` token that commits one of its rows: one
+/// 0/1 signal per millicode row (`bc` at that row), times the word's nibble levels.
+fn millicode_entries(c: &mut Circuit, t: &Tok) -> Vec<(usize, Delayed)> {
+    let rows: Vec<&[u32]> = millicode::WORDS.chunks(ROW_SLOTS).collect();
+    assert!(rows.len() <= millicode::ROWS, "the millicode outgrew its rows");
+    let [head, rhi, _] = row_digits(millicode::FIRST_ROW);
+    let mut b = c.block("millicode.rows");
+    let one = Expr::constant(1.0);
+    let at: Vec<_> = (0..rows.len())
+        .map(|r| {
+            let s = b.output(format!("row{r}"), Range::BIT);
+            let [_, _, rlo] = row_digits(millicode::FIRST_ROW + r);
+            let cond = all(&[
+                t.kind(kind::BC),
+                t.field(field::HEAD)[head].clone(),
+                t.field(field::RHI)[rhi].clone(),
+                t.field(field::RLO)[rlo].clone(),
+            ]);
+            add_gated(&mut b, &cond, (-3.0, 1.0), &one, &[(s, 1.0)]);
+            Expr::signal(s)
+        })
+        .collect();
+    c.add_block(b);
+    (MC_ENTRY..MC_END)
+        .map(|e| {
+            let (s, k) = ((e - MC_ENTRY) / 8, (e - MC_ENTRY) % 8);
+            let level = rows
+                .iter()
+                .zip(&at)
+                .fold(Expr::zero(), |acc, (words, on)| match words.get(s) {
+                    Some(w) if nibble(*w, k) > 0 => acc + on.clone() * nibble(*w, k) as f64,
+                    _ => acc,
+                });
+            (e, Delayed::now(level))
+        })
+        .collect()
+}
 
 /// What the front end hands on.
 pub struct Front {
@@ -40,7 +89,7 @@ pub struct Front {
     pub head: Vec<Expr>,
     pub rhi: Vec<Expr>,
     pub rlo: Vec<Expr>,
-    /// 1 in millicode (the ROM's last head).
+    /// 1 in millicode (set by `xm`, cleared by `x`).
     pub mode: Expr,
     /// The sequential next pc's slot is 0 of the next row.
     pub wrap: Expr,
@@ -49,7 +98,7 @@ pub struct Front {
     pub next_rhi: Vec<Expr>,
     pub next_rlo: Vec<Expr>,
     pub next_slot: Vec<Expr>,
-    /// User code would run on into the millicode head (a fetch outside the ROM).
+    /// User code would run on past the ROM's last row (a fetch outside the ROM).
     pub runoff: Expr,
     /// The pc's bits (0 when nothing is fetched).
     pub pc_bits: Vec<Expr>,
@@ -67,7 +116,8 @@ pub fn build(c: &mut Circuit, t: &Tok) -> Front {
     let rows = c.target.rows_per_head;
     let heads = c.target.key_heads;
     let slot9 = t.field(field::SLOT).to_vec();
-    let first = (0..ROW_SLOTS).fold(t.kind(kind::X), |e, v| e + slot9[v].clone());
+    let jumped = t.kind(kind::X) + t.kind(kind::XM);
+    let first = (0..ROW_SLOTS).fold(jumped.clone(), |e, v| e + slot9[v].clone());
     let rebase = slot9[ROW_SLOTS].clone();
     let commit = (0..ROW_SLOTS).fold(Expr::zero(), |e, v| e + t.field(field::WSLOT)[v].clone());
     let slot: Vec<Expr> = (0..ROW_SLOTS)
@@ -81,27 +131,43 @@ pub fn build(c: &mut Circuit, t: &Tok) -> Front {
         .collect();
     let fetch = slot.iter().fold(Expr::zero(), |e, s| e + s.clone());
 
-    // pc_base: head one-hot (0..15), rhi (16..23), rlo (24..39), five pads.
-    let pc = c.memory("pc_base", 1, 8, "the ROM row of the pc: head, rhi, rlo one-hot, 5 pads");
+    // pc_base: head one-hot (0..15), rhi (16..23), rlo (24..39), user code (40) or
+    // millicode (41), four pads. An `xm` token names the millicode's row rlo (head and rhi
+    // those of its first row).
+    let pc = c.memory(
+        "pc_base",
+        1,
+        8,
+        "the ROM row of the pc: head, rhi, rlo one-hot, user/millicode pair, 4 pads",
+    );
+    let xm = t.kind(kind::XM);
+    let [mc_head, mc_rhi, _] = row_digits(millicode::FIRST_ROW);
     let mut entries = Vec::new();
     for (off, f) in [(0, field::HEAD), (16, field::RHI), (24, field::RLO)] {
         for (v, x) in t.field(f).iter().enumerate() {
-            entries.push((off + v, Delayed::now(x.clone())));
+            let implied = if (f, v) == (field::HEAD, mc_head) || (f, v) == (field::RHI, mc_rhi) {
+                xm.clone()
+            } else {
+                Expr::zero()
+            };
+            entries.push((off + v, Delayed::now(x.clone() + implied)));
         }
     }
-    for p in 40..45 {
+    entries.push((40, Delayed::now(t.kind(kind::X))));
+    entries.push((41, Delayed::now(xm.clone())));
+    for p in 42..46 {
         entries.push((p, Delayed::now(Expr::constant(1.0))));
     }
     c.write(Write {
         memory: pc,
         address: row_zero(rows),
         entries,
-        enable: t.kind(kind::X),
+        enable: jumped,
     });
-    let base = c.read("pc_base", pc, row_zero(rows), None, entry_outputs("d", 0..40));
+    let base = c.read("pc_base", pc, row_zero(rows), None, entry_outputs("d", 0..42));
     let base = oh(&base);
     let (head, rhi, rlo) = (base[..16].to_vec(), base[16..24].to_vec(), base[24..40].to_vec());
-    let mode = head[15].clone();
+    let mode = base[41].clone();
 
     // The sequential successor.
     let wrap = slot[ROW_SLOTS - 1].clone() + rebase.clone();
@@ -155,7 +221,7 @@ pub fn build(c: &mut Circuit, t: &Tok) -> Front {
         wrap.clone(),
         rlo[15].clone(),
         rhi[7].clone(),
-        head[14].clone(),
+        head[15].clone(),
     ]);
     add_gated(&mut b, &runoff, (-4.0, 1.0), &one, &[(runoff_s, 1.0)]);
     c.add_block(b);
@@ -227,7 +293,8 @@ pub fn build(c: &mut Circuit, t: &Tok) -> Front {
         levels,
     );
 
-    // The ROM: row r of head h holds instruction s's nibble k at entry 8s + k.
+    // The ROM: row r of head h holds user instruction s's nibble k at entry 8s + k and
+    // millicode word 8·(r - FIRST_ROW) + s's nibble k at entry 64 + 8s + k (below 126).
     let rom = c.add_memory(
         "rom",
         heads,
@@ -235,32 +302,44 @@ pub fn build(c: &mut Circuit, t: &Tok) -> Front {
             anchor: ROM_ANCHOR,
             rows_per_read: 1,
         },
-        "ROM: eight instructions per row, instruction s's nibble k (level) at entry 8s+k",
+        "ROM: eight instructions per row, instruction s's nibble k (level) at entry 8s+k; millicode at 64+8s+k",
     );
     let now = |v: &[Expr]| v.iter().map(|x| Delayed::now(x.clone())).collect::<Vec<_>>();
+    let mut entries: Vec<(usize, Delayed)> = staged_levels
+        .iter()
+        .enumerate()
+        .map(|(e, s)| (e, Delayed::now(Expr::signal(*s))))
+        .collect();
+    entries.extend(millicode_entries(c, t));
     c.write(Write {
         memory: rom,
         address: Address::Factored {
             heads: now(t.field(field::HEAD)),
             rows: vec![now(t.field(field::RHI)), now(t.field(field::RLO))],
         },
-        entries: staged_levels
-            .iter()
-            .enumerate()
-            .map(|(e, s)| (e, Delayed::now(Expr::signal(*s))))
-            .collect(),
+        entries,
         enable: bc,
     });
+    // User entries when the mode is 0, millicode entries when it is 1 (a select of −1
+    // closes the gate as firmly as 0).
     let select = (0..ROW_SLOTS)
-        .flat_map(|s| (0..8).map(move |k| (8 * s + k, s)))
-        .map(|(e, s)| (e, slot[s].clone()))
+        .flat_map(|s| (0..8).map(move |k| (s, 8 * s + k)))
+        .flat_map(|(s, e)| {
+            let user = (e, slot[s].clone() - mode.clone());
+            let mc = (MC_ENTRY + e < MC_END).then(|| (MC_ENTRY + e, slot[s].clone() + mode.clone() - 1.0));
+            std::iter::once(user).chain(mc)
+        })
         .collect();
     let outputs = (0..8)
         .map(|k| {
             (
                 format!("nibble{k}"),
                 Range::NIBBLE,
-                (0..ROW_SLOTS).map(|s| (8 * s + k, 1.0)).collect(),
+                (0..ROW_SLOTS)
+                    .flat_map(|s| [8 * s + k, MC_ENTRY + 8 * s + k])
+                    .filter(|e| *e < MC_END)
+                    .map(|e| (e, 1.0))
+                    .collect(),
             )
         })
         .collect();

@@ -4,7 +4,7 @@
 //! reading the registers and RAM out of the GDN state.
 
 use inband_circuits::ChipToken;
-use inband_firmware::memory_map::{RAM_BASE, RAM_SIZE, ROM_BASE};
+use inband_firmware::memory_map::{RAM_BASE, RAM_SIZE, ROM_BASE, ROM_END};
 use inband_firmware::ProgramImage;
 use inband_golden::decode::{decode, Instruction};
 use inband_golden::{Machine, Step, Trap, TrapCause};
@@ -69,7 +69,8 @@ pub enum ChipEnd {
     BudgetExhausted { pc: u32 },
 }
 
-/// The ROM words the chip boots: the program's code and the millicode.
+/// The ROM rows the chip boots (row, user words): the program's code, and the millicode's
+/// rows (whose upper halves the `bc` token adds from the chip's weights).
 fn rom_rows(image: &ProgramImage) -> Vec<(usize, [u32; ROW_SLOTS])> {
     let mut rows = Vec::new();
     let code_rows = (image.code_bytes as usize).div_ceil(4 * ROW_SLOTS);
@@ -89,12 +90,13 @@ fn rom_rows(image: &ProgramImage) -> Vec<(usize, [u32; ROW_SLOTS])> {
     if !rows.iter().any(|(_, words)| words.iter().any(|w| is_division(*w))) {
         return rows;
     }
-    let first = ((millicode::BASE - ROM_BASE) / 32) as usize;
-    for (i, chunk) in millicode::WORDS.chunks(ROW_SLOTS).enumerate() {
-        let mut words = [0u32; ROW_SLOTS];
-        words[..chunk.len()].copy_from_slice(chunk);
-        rows.push((first + i, words));
+    let millicode_rows = millicode::FIRST_ROW..millicode::FIRST_ROW + millicode::WORDS.len().div_ceil(ROW_SLOTS);
+    for row in millicode_rows {
+        if !rows.iter().any(|(r, _)| *r == row) {
+            rows.push((row, [0; ROW_SLOTS]));
+        }
     }
+    rows.sort_by_key(|(r, _)| *r);
     rows
 }
 
@@ -146,7 +148,7 @@ pub fn boot_tokens_with(image: &ProgramImage, leave_out_staged: bool) -> Result<
         out.push(token(kind::BW, &[i >> 11, (i >> 7) & 15, (i >> 4) & 7, i & 15]));
     }
     let entry = image.entry;
-    if !(ROM_BASE..millicode::BASE).contains(&entry) || !entry.is_multiple_of(4) {
+    if !(ROM_BASE..ROM_END).contains(&entry) || !entry.is_multiple_of(4) {
         return Err(ChipError::Entry(entry));
     }
     let (row, slot) = (
@@ -174,6 +176,7 @@ fn started_slot(t: &ChipToken) -> Option<usize> {
         kind::S | kind::L | kind::O => Some(t.values[3.min(t.values.len() - 1)]).filter(|s| *s < ROW_SLOTS),
         kind::N => Some(t.values[0]).filter(|s| *s < ROW_SLOTS),
         kind::X => Some(t.values[3]),
+        kind::XM => Some(t.values[1]),
         _ => None,
     }
 }
@@ -251,13 +254,13 @@ pub struct ChipMachine<'a> {
     /// The token the next pass consumes.
     next: ChipToken,
     base_row: usize,
+    /// The pc is in millicode (the last `x`/`xm` was `xm`).
+    in_millicode: bool,
     /// The user instruction started and not yet retired.
     in_flight: Option<u32>,
     pub console: Vec<u8>,
     pub counts: RunCounts,
 }
-
-const MILLICODE_ROW: usize = 15 * 128;
 
 impl<'a> ChipMachine<'a> {
     /// Boots `image` on the CPU layer math (`path`): runs the boot prefill through the chip.
@@ -284,6 +287,7 @@ impl<'a> ChipMachine<'a> {
             image: image.clone(),
             next: last,
             base_row: 0,
+            in_millicode: false,
             in_flight: None,
             console: Vec::new(),
             counts: RunCounts {
@@ -305,12 +309,12 @@ impl<'a> ChipMachine<'a> {
         loop {
             let tok = self.next.clone();
             let start = started_slot(&tok);
-            let new_row = if tok.kind == kind::X {
-                row_of(tok.values[0], tok.values[1], tok.values[2])
-            } else {
-                self.base_row
+            let (new_row, in_millicode) = match tok.kind {
+                kind::X => (row_of(tok.values[0], tok.values[1], tok.values[2]), false),
+                kind::XM => (millicode::FIRST_ROW + tok.values[0], true),
+                _ => (self.base_row, self.in_millicode),
             };
-            let user_start = start.filter(|_| new_row < MILLICODE_ROW);
+            let user_start = start.filter(|_| !in_millicode);
             let mut retiring = false;
             let retired_pc = self.in_flight.unwrap_or(0);
             if let Some(slot) = user_start {
@@ -333,6 +337,7 @@ impl<'a> ChipMachine<'a> {
             let out = self.consume(&tok, golden.is_some())?;
             self.counts.passes += 1;
             self.base_row = new_row;
+            self.in_millicode = in_millicode;
             if let Some(slot) = user_start {
                 self.in_flight = Some(Self::pc_of(new_row, slot));
                 if retiring {

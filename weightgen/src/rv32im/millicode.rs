@@ -1,4 +1,11 @@
-//! The chip's millicode: DIV, DIVU, REM and REMU as a routine in the ROM's last head.
+//! The chip's millicode: DIV, DIVU, REM and REMU as a routine kept beside user code.
+//!
+//! A ROM row holds eight user instructions in entries 0..63 and its anchor in the last
+//! two; the millicode lives in the entries between (64..125) of the first [`ROWS`] rows
+//! of the ROM's last head, so user code has the whole 64 KiB. Millicode pcs are those
+//! rows' pcs: the chip's mode (kept in `pc_base`, set by `xm` tokens, cleared by `x`)
+//! says which half a fetch reads. Entries 64..125 hold seven instructions and six
+//! nibbles, so each row's eighth millicode instruction must have a zero top byte.
 //!
 //! A division instruction in user code writes the caller's register numbers and return
 //! pc into the `ctx` memories and jumps to entry `funct3 & 3` (a row of four jumps at
@@ -7,10 +14,18 @@
 //! with `ecall`. It divides over the quotient's bits only (most divisions in real code
 //! have short quotients), and the last division's operands and results stay in shadow
 //! registers, so a quotient and a remainder of the same operands cost one division.
-//! [`WORDS`] is that file assembled; a test re-assembles it and compares.
+//! [`WORDS`] is that file assembled; a test re-assembles it and compares. The words are
+//! part of the chip's weights: a `bc` token that commits one of these rows adds them.
 
-/// Where the millicode sits: the first row of the ROM's last head.
+/// Where the millicode sits: the pc of the first row of the ROM's last head.
 pub const BASE: u32 = inband_firmware::memory_map::ROM_BASE + 15 * 128 * 32;
+
+/// The ROM row of [`BASE`].
+pub const FIRST_ROW: usize = 15 * 128;
+
+/// ROM rows whose upper halves may hold millicode: an `xm` token carries the row's `rlo`
+/// digit only, so they are the 16 rows from [`FIRST_ROW`] (whose `rlo` is 0).
+pub const ROWS: usize = 16;
 
 /// The millicode source.
 pub const SOURCE: &str = include_str!("../../../firmware/millicode/division.S");
@@ -22,25 +37,42 @@ pub fn source_path() -> std::path::PathBuf {
 
 /// The assembled routine, one word per instruction from [`BASE`].
 pub const WORDS: &[u32] = &[
-    0x0900006f, 0x01c0006f, 0x0cc0006f, 0x0540006f, 0x00000013, 0x00000013, 0x00000013, 0x00000013, 0x020f0463,
-    0x00ee9863, 0x00ff1663, 0x00080f93, 0x00000073, 0x000e8293, 0x000f0313, 0x104000ef, 0x00038f93, 0x00000073,
-    0xfff00f93, 0x00000073, 0x00000013, 0x00000013, 0x00000013, 0x00000013, 0x020f0463, 0x00ee9863, 0x00ff1663,
-    0x00088f93, 0x00000073, 0x000e8293, 0x000f0313, 0x0c4000ef, 0x00040f93, 0x00000073, 0x000e8f93, 0x00000073,
-    0x000e8293, 0x000f0313, 0x02030a63, 0x41f2d593, 0x41f35613, 0x00b2c2b3, 0x40b282b3, 0x00c34333, 0x40c30333,
-    0x060000ef, 0x00c5c6b3, 0x00d3c3b3, 0x40d383b3, 0x00038f93, 0x00000073, 0xfff00f93, 0x00000073, 0x000e8293,
-    0x000f0313, 0x02030863, 0x41f2d593, 0x41f35613, 0x00b2c2b3, 0x40b282b3, 0x00c34333, 0x40c30333, 0x01c000ef,
-    0x00b44433, 0x40b40433, 0x00040f93, 0x00000073, 0x000e8f93, 0x00000073, 0x02e29663, 0x02f31463, 0x00080393,
-    0x00088413, 0x00008067, 0x00000013, 0x00000013, 0x00000013, 0x00000013, 0x00000013, 0x00000013, 0x00028713,
-    0x00030793, 0x00000393, 0x0662e863, 0x0012d913, 0x06696c63, 0x00030513, 0x00000493, 0x0082d913, 0x00a96e63,
-    0x00851513, 0x00848493, 0xff1ff06f, 0x00000013, 0x00000013, 0x00000013, 0x0012d913, 0x00a96e63, 0x00151513,
-    0x00148493, 0xff1ff06f, 0x00000013, 0x00000013, 0x00000013, 0x00139393, 0x00a2e663, 0x40a282b3, 0x0013e393,
-    0x00155513, 0xfff48493, 0xfe04d4e3, 0x00028413, 0x00038813, 0x00040893, 0x00008067, 0x00100393, 0x406282b3,
-    0xfe9ff06f, 0x00000000, 0x00000000, 0x00000000, 0x00000000,
+    0x0880006f, 0x01c0006f, 0x0c40006f, 0x0540006f, 0x00000013, 0x00000013, 0x00000013, 0x00000013, 0x020f0063,
+    0x00ee9863, 0x00ff1663, 0x00080f93, 0x00000073, 0x0ec000ef, 0x00038f93, 0x00000073, 0xfff00f93, 0x00000073,
+    0x00000013, 0x00000013, 0x00000013, 0x00000013, 0x00000013, 0x00000013, 0x020f0063, 0x00ee9863, 0x00ff1663,
+    0x00088f93, 0x00000073, 0x0ac000ef, 0x00040f93, 0x00000073, 0x000e8f93, 0x00000073, 0x000e8293, 0x000f0313,
+    0x02030a63, 0x41f2d593, 0x41f35613, 0x00b2c2b3, 0x40b282b3, 0x00c34333, 0x40c30333, 0x060000ef, 0x00c5c6b3,
+    0x00d3c3b3, 0x40d383b3, 0x00038f93, 0x00000073, 0xfff00f93, 0x00000073, 0x000e8293, 0x000f0313, 0x02030863,
+    0x41f2d593, 0x00b2c2b3, 0x41f35613, 0x40b282b3, 0x00c34333, 0x40c30333, 0x01c000ef, 0x00b44433, 0x40b40433,
+    0x00040f93, 0x00000073, 0x000e8f93, 0x00000073, 0x00e29e63, 0x00f31c63, 0x00080393, 0x00088413, 0x00008067,
+    0x000e8293, 0x000f0313, 0x00028713, 0x00030793, 0x00000393, 0x0662e463, 0x00030513, 0x0012d913, 0x06696663,
+    0x00000493, 0x0082d913, 0x00a96a63, 0x00851513, 0x00848493, 0xff1ff06f, 0x00000013, 0x0012d913, 0x00a96e63,
+    0x00151513, 0x00148493, 0xff1ff06f, 0x00000013, 0x00000013, 0x00000013, 0x00139393, 0x00a2e663, 0x40a282b3,
+    0x0013e393, 0x00155513, 0xfff48493, 0xfe04d4e3, 0x00028413, 0x00038813, 0x00040893, 0x00008067, 0x00100393,
+    0x406282b3, 0xfe9ff06f, 0x00000000, 0x00000000, 0x00000000, 0x00000000, 0x00000000,
 ];
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn millicode_rows_differ_in_rlo_only() {
+        assert_eq!(super::super::tokens::row_digits(FIRST_ROW)[2], 0);
+        assert_eq!(BASE, inband_firmware::memory_map::ROM_BASE + 32 * FIRST_ROW as u32);
+    }
+
+    #[test]
+    fn every_rows_eighth_instruction_has_a_zero_top_byte() {
+        assert!(WORDS.len() <= ROWS * 8, "the millicode outgrew its {ROWS} rows");
+        for (i, w) in WORDS.iter().enumerate().skip(7).step_by(8) {
+            assert_eq!(
+                w >> 24,
+                0,
+                "millicode word {i} ({w:#010x}) sits where only six nibbles are kept"
+            );
+        }
+    }
 
     #[test]
     fn words_are_the_assembled_source() {

@@ -43,22 +43,19 @@ pub fn build(c: &mut Circuit, t: &Tok, f: &Front, d: &Decoded, rs2: &RegValue, x
     let sum = |xs: &[&Expr]| xs.iter().fold(Expr::zero(), |e, x| e + (*x).clone());
     let one = Expr::constant(1.0);
 
-    // Target checks (user code may only jump inside its ROM; millicode anywhere).
+    // Target checks: a jump must stay inside the ROM's 64 KiB (millicode jumps stay in
+    // its own rows, which share the pcs of the ROM's last head).
     let tb = &x.target;
     let mut blk = c.block("target.check");
     let in_rom = blk.output("in_rom", Range::BIT);
-    let in_mc = blk.output("in_millicode", Range::BIT);
     let rom_high = super::wires::pattern(tb, 16, 16, (inband_firmware::memory_map::ROM_BASE >> 16) as u64);
     add_gated(&mut blk, &all(&rom_high), (-16.0, 1.0), &one, &[(in_rom, 1.0)]);
-    let mc_high = super::wires::pattern(tb, 12, 20, (inband_firmware::memory_map::ROM_BASE >> 12) as u64 + 15);
-    add_gated(&mut blk, &all(&mc_high), (-20.0, 1.0), &one, &[(in_mc, 1.0)]);
     c.add_block(blk);
     let misaligned = tb[1].clone();
-    // ok: aligned and (millicode, or in the user ROM but not its millicode head).
     let mut blk = c.block("target.ok");
     let ok = blk.output("ok", Range::BIT);
-    let cond = not(&misaligned) + f.mode.clone() + Expr::signal(in_rom) - Expr::signal(in_mc) - 1.0;
-    add_gated(&mut blk, &cond, (-2.0, 2.0), &one, &[(ok, 1.0)]);
+    let cond = not(&misaligned) + Expr::signal(in_rom) - 1.0;
+    add_gated(&mut blk, &cond, (-1.0, 1.0), &one, &[(ok, 1.0)]);
     c.add_block(blk);
     let target_ok = Expr::signal(ok);
     let target_nofetch = not(&misaligned) - target_ok.clone();
@@ -294,7 +291,11 @@ pub fn build(c: &mut Circuit, t: &Tok, f: &Front, d: &Decoded, rs2: &RegValue, x
         + m.exit.clone()
         + jump_misaligned.clone()
         + jump_nofetch.clone();
-    let x_jump = jump_go.clone() + k.ecall_mc.clone() + k.mdiv.clone();
+    // A row change in user code is an `x` token, one in millicode an `xm`; entering
+    // millicode (a division) is an `xm`, leaving it (its ecall) an `x`.
+    let mode = f.mode.clone();
+    let user = |cond: Expr| cond - mode.clone();
+    let millicode = |cond: Expr| cond + mode.clone() - 1.0;
     let choices = vec![
         (fits12.clone() - d.rd_zero.clone(), kind::S),
         (
@@ -306,18 +307,24 @@ pub fn build(c: &mut Circuit, t: &Tok, f: &Front, d: &Decoded, rs2: &RegValue, x
             kind::H,
         ),
         (seq.clone() - f.wrap.clone(), kind::N),
-        (seq.clone() + f.wrap.clone() - f.runoff.clone() - 1.0, kind::X),
-        (x_jump.clone(), kind::X),
+        (user(seq.clone() + f.wrap.clone() - f.runoff.clone() - 1.0), kind::X),
+        (millicode(seq.clone() + f.wrap.clone() - 1.0), kind::XM),
+        (user(jump_go.clone()), kind::X),
+        (millicode(jump_go.clone()), kind::XM),
+        (k.ecall_mc.clone(), kind::X),
+        (k.mdiv.clone(), kind::XM),
         (jump_link.clone(), kind::LK),
         (m.console.clone(), kind::O),
         (m.sbsh_ram.clone(), kind::W1),
         (traps.clone(), kind::T),
         (all(&[seq.clone(), f.runoff.clone()]), kind::T),
         (all(&[f.rebase.clone(), f.runoff.clone()]), kind::T),
-        (f.rebase.clone() - f.runoff.clone(), kind::X),
+        (user(f.rebase.clone() - f.runoff.clone()), kind::X),
+        (millicode(f.rebase.clone()), kind::XM),
         (tk_h.clone(), kind::M),
         (tk_m.clone(), kind::L),
-        (tk_lk.clone() - fault.clone(), kind::X),
+        (user(tk_lk.clone() - fault.clone()), kind::X),
+        (millicode(tk_lk.clone() - fault.clone()), kind::XM),
         (all(&[tk_lk.clone(), fault.clone()]), kind::T),
         (tk_w1.clone(), kind::W2),
         (tk_w2.clone(), kind::W3),
@@ -394,7 +401,8 @@ pub fn build(c: &mut Circuit, t: &Tok, f: &Front, d: &Decoded, rs2: &RegValue, x
         choose(c, fl, vec![(first.clone(), value_n[5 + j].clone())]);
     }
     choose(c, field::LKSLOT, vec![(first.clone(), own_slot.clone())]);
-    // x: sequential/rebase (next row, slot 0), jumps, millicode return and entry, lk passes.
+    // x and xm: sequential/rebase (next row, slot 0), jumps, millicode return and entry,
+    // lk passes (xm has no head field, and its row is millicode row rlo).
     let sequential = all(&[seq.clone(), f.wrap.clone()]) + f.rebase.clone();
     let ret = |v: &[Expr]| value(v);
     let x_fields: [(usize, Expr, Expr, Expr, Expr, Expr); 4] = [

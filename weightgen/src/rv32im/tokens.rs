@@ -12,7 +12,7 @@
 //! | `m` | m3 m4, mup, mslot | carries bits 12..19 of a long value (mup: bits 20..31 all 0, all 1, or from the `h` before); re-decodes `mslot` for rd |
 //! | `h` | h5 h6 h7 | carries bits 20..31 of a long value |
 //! | `lk` | lkslot | writes rd ← pc + 4 of the jump at `lkslot` (the link) |
-//! | `x` | head rhi rlo, xslot | moves the pc to another ROM row and runs `xslot` there |
+//! | `x` | head rhi rlo, xslot | moves the pc to another ROM row and runs `xslot` there (user code) |
 //! | `n` | slot | runs `slot` (the previous instruction wrote no register) |
 //! | `o` | n0 n1, slot | is a console byte (the host prints it); runs `slot` |
 //! | `t` | cause | reports a trap (mcause) or the exit (cause 9); `w1 w2 w3` with its value follow |
@@ -20,10 +20,13 @@
 //! | `bw` | bank head row | boot: writes the staged word to RAM |
 //! | `bp` | piece p0 p1 | boot: stages two nibbles of a ROM row |
 //! | `bc` | head rhi rlo | boot: commits the staged ROM row (eight instructions) |
+//! | `xm` | rlo, xslot | as `x`, into millicode row `rlo` (the upper half of ROM row 15·128 + rlo) |
 //!
 //! The pc is `ROM_BASE + 32·row + 4·slot`: the row lives in the chip's `pc_base` memory
 //! (written by `x`), the slot travels in every token that starts an instruction. Slot 8
 //! means "the next row, slot 0": the pass that consumes it only moves the pc (`x`).
+//! Millicode shares the pcs of the ROM's last head's first rows (see [`super::millicode`]);
+//! `xm` instead of `x` says the pc is in millicode.
 
 use inband_circuits::{ChipToken, FieldDef, KindDef, TokenSpec};
 
@@ -69,6 +72,7 @@ pub mod kind {
     pub const BW: usize = 12;
     pub const BP: usize = 13;
     pub const BC: usize = 14;
+    pub const XM: usize = 15;
 }
 
 /// `mup` values.
@@ -84,7 +88,7 @@ pub const NEXT_ROW: usize = 8;
 /// The `t` cause reporting a normal exit (0..8 are mcause exception codes).
 pub const CAUSE_EXIT: usize = 9;
 
-/// ROM rows: 16 heads × 128 rows of 8 instructions (64 KiB; the last head is millicode).
+/// ROM rows: 16 heads × 128 rows of 8 instructions (64 KiB; millicode sits beside them).
 pub const ROM_ROWS: usize = 2048;
 /// Instructions per ROM row.
 pub const ROW_SLOTS: usize = 8;
@@ -145,6 +149,7 @@ pub fn spec() -> TokenSpec {
         k("bw", &[BBANK, BHEAD, BRHI, BRLO]),
         k("bp", &[PIECE, P0, P1]),
         k("bc", &[HEAD, RHI, RLO]),
+        k("xm", &[RLO, XSLOT]),
     ];
     TokenSpec { fields, kinds }
 }
