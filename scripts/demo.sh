@@ -6,7 +6,8 @@
 #
 #   scripts/demo.sh [PROGRAM.c]        (default firmware/examples/hello.c)
 #
-# Work lands in target/demo (about 6 GB; steps whose output exists are skipped).
+# Work lands in target/demo (about 6 GB; steps whose output exists are skipped, except that
+# the chip pack and the spliced checkpoint are rebuilt when weightgen has changed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 program=${1:-firmware/examples/hello.c}
@@ -16,7 +17,14 @@ cargo build --release --bins
 bin=target/release
 mkdir -p "$W"
 [ -d "$W/base" ] || $bin/weight-surgery synth --shape tiny --out "$W/base"
-[ -d "$W/chip" ] || $bin/weightgen --shape tiny --out "$W/chip"
+stamp=$(sha256sum "$bin/weightgen" | cut -d' ' -f1)
+if [ "$(cat "$W/chip.stamp" 2>/dev/null)" != "$stamp" ]; then
+    rm -rf "$W/chip" "$W/spliced" "$W/chip.stamp"
+fi
+if [ ! -d "$W/chip" ]; then
+    $bin/weightgen --shape tiny --out "$W/chip"
+    echo "$stamp" >"$W/chip.stamp"
+fi
 [ -d "$W/spliced" ] || $bin/weight-surgery splice --base "$W/base" --chip "$W/chip" --out "$W/spliced"
 $bin/weight-surgery inspect "$W/spliced"
 echo "--- $program inside the spliced checkpoint (every instruction verified against golden):"
