@@ -23,7 +23,7 @@
 //! | `xm` | rlo, xslot | as `x`, into millicode row `rlo` (the upper half of ROM row 15·128 + rlo) |
 //!
 //! The pc is `ROM_BASE + 32·row + 4·slot`: the row lives in the chip's `pc_base` memory
-//! (written by `x`), the slot travels in every token that starts an instruction. Slot 8
+//! (written by `x` and `xm`), the slot travels in every token that starts an instruction. Slot 8
 //! means "the next row, slot 0": the pass that consumes it only moves the pc (`x`).
 //! Millicode shares the pcs of the ROM's last head's first rows (see [`super::millicode`]);
 //! `xm` instead of `x` says the pc is in millicode.
