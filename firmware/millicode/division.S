@@ -90,7 +90,7 @@ rem_entry:
 # emits divu then remu, in libgcc's 64-bit division too) cost one routine. Otherwise
 # long division over the quotient's bits only: the divisor is shifted up under the
 # dividend (whole bytes first), then each step subtracts it where it fits and halves it.
-# It uses x5..x10 and x18 only (the signed entries keep their sign masks in x11, x12).
+# It uses x5..x9 and x18 only (the signed entries keep their sign masks in x11, x12).
 udivmod:
         bne     x5, x14, udivmod_miss
         bne     x6, x15, udivmod_miss
@@ -105,36 +105,35 @@ udivmod_miss:
         mv      x14, x5
         mv      x15, x6
         li      x7, 0
-        bltu    x5, x6, 6f              # n < d: quotient 0, remainder n
-        mv      x10, x6                 # d << k
         srli    x18, x5, 1
+        bltu    x5, x6, 6f              # n < d: quotient 0, remainder n
         bltu    x18, x6, 7f             # n < 2d: quotient 1, remainder n - d
+# The divisor is shifted in place (x6 is not needed afterwards: x15 keeps it). The rows
+# are laid out by hand: each loop sits inside one ROM row of eight instructions (a jump
+# within a row costs no pass, one to another row costs an `x` pass).
         li      x9, 0                   # k: the quotient has k + 1 bits
-# Each loop sits inside one ROM row of eight instructions: a jump within a row costs
-# no pass, one to another row costs an `x` pass.
 2:      srli    x18, x5, 8              # while (d << k) << 8 <= n, i.e. d << k <= n >> 8
-        bltu    x18, x10, 3f
-        slli    x10, x10, 8
+        bltu    x18, x6, 3f
+        slli    x6, x6, 8
         addi    x9, x9, 8
         j       2b
-        .balign 32
+7:      sub     x5, x5, x6
+        li      x7, 1
+        j       6f
 3:      srli    x18, x5, 1              # while (d << k) << 1 <= n
-        bltu    x18, x10, 4f
-        slli    x10, x10, 1
+        bltu    x18, x6, 4f
+        slli    x6, x6, 1
         addi    x9, x9, 1
         j       3b
         .balign 32
 4:      slli    x7, x7, 1               # one quotient bit per step, from the top
-        bltu    x5, x10, 5f
-        sub     x5, x5, x10
+        bltu    x5, x6, 5f
+        sub     x5, x5, x6
         ori     x7, x7, 1
-5:      srli    x10, x10, 1
+5:      srli    x6, x6, 1
         addi    x9, x9, -1
         bgez    x9, 4b
 6:      mv      x8, x5
         mv      x16, x7
         mv      x17, x8
         ret
-7:      li      x7, 1
-        sub     x5, x5, x6
-        j       6b
