@@ -17,11 +17,11 @@
 //! [`WORDS`] is that file assembled; a test re-assembles it and compares. The words are
 //! part of the chip's weights: a `bc` token that commits one of these rows adds them.
 
-/// Where the millicode sits: the pc of the first row of the ROM's last head.
-pub const BASE: u32 = inband_firmware::memory_map::ROM_BASE + 15 * 128 * 32;
-
-/// The ROM row of [`BASE`].
+/// The ROM row the millicode starts in: the first row of the ROM's last head.
 pub const FIRST_ROW: usize = 15 * 128;
+
+/// Where the millicode sits: the pc of [`FIRST_ROW`].
+pub const BASE: u32 = inband_firmware::memory_map::ROM_BASE + 32 * FIRST_ROW as u32;
 
 /// ROM rows whose upper halves may hold millicode: an `xm` token carries the row's `rlo`
 /// digit only, so they are the 16 rows from [`FIRST_ROW`] (whose `rlo` is 0).

@@ -15,8 +15,9 @@ use super::alu::Executed;
 use super::decode::Decoded;
 use super::front::Front;
 use super::mem::MemoryUnit;
+use super::millicode;
 use super::regs::RegValue;
-use super::tokens::{field, kind, up, CAUSE_EXIT, NEXT_ROW};
+use super::tokens::{field, kind, row_digits, up, CAUSE_EXIT, NEXT_ROW};
 use super::wires::{bits_value, entry_outputs, nibble_values, oh, one_row, value, Tok};
 
 /// Anchor of the latch's rows.
@@ -405,13 +406,15 @@ pub fn build(c: &mut Circuit, t: &Tok, f: &Front, d: &Decoded, rs2: &RegValue, x
     // lk passes (xm has no head field, and its row is millicode row rlo).
     let sequential = all(&[seq.clone(), f.wrap.clone()]) + f.rebase.clone();
     let ret = |v: &[Expr]| value(v);
+    // A division enters the millicode at its first row (an `xm` carries only the rlo).
+    let [mc_head, mc_rhi, mc_rlo] = row_digits(millicode::FIRST_ROW).map(|d| Expr::constant(d as f64));
     let x_fields: [(usize, Expr, Expr, Expr, Expr, Expr); 4] = [
         (
             field::HEAD,
             value(&f.next_head),
             bits_value(&x.target[12..16]),
             ret(&d.ret_head),
-            Expr::constant(15.0),
+            mc_head,
             lat(latch::T_HEAD),
         ),
         (
@@ -419,7 +422,7 @@ pub fn build(c: &mut Circuit, t: &Tok, f: &Front, d: &Decoded, rs2: &RegValue, x
             value(&f.next_rhi),
             bits_value(&x.target[9..12]),
             ret(&d.ret_rhi),
-            Expr::zero(),
+            mc_rhi,
             lat(latch::T_RHI),
         ),
         (
@@ -427,7 +430,7 @@ pub fn build(c: &mut Circuit, t: &Tok, f: &Front, d: &Decoded, rs2: &RegValue, x
             value(&f.next_rlo),
             bits_value(&x.target[5..9]),
             ret(&d.ret_rlo),
-            Expr::zero(),
+            mc_rlo,
             lat(latch::T_RLO),
         ),
         (
