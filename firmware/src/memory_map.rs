@@ -4,7 +4,8 @@
 //! ```text
 //! 0x0000_0000 .. 0x0001_0000   unmapped (null pointers trap)
 //! 0x0001_0000 .. 0x0002_0000   ROM, 64 KiB: program code, execute-only
-//! 0x0002_0000 .. 0x0002_8000   RAM, 32 KiB: rodata, data, bss, heap, stack (top)
+//! 0x0002_0000 .. 0x0004_0000   unmapped
+//! 0x0004_0000 .. 0x0008_0000   RAM, 256 KiB: rodata, data, bss, heap, stack (top)
 //! 0x1000_0000                  console: a byte store prints that byte
 //! 0x1000_0004                  exit: a word store halts with that exit code
 //! ```
@@ -18,11 +19,11 @@ pub const ROM_BASE: u32 = 0x0001_0000;
 /// ROM size in bytes: 16384 instructions, the chip's whole ROM (its millicode sits beside
 /// them, in the same rows).
 pub const ROM_SIZE: u32 = 0x0001_0000;
-/// First byte of RAM.
-pub const RAM_BASE: u32 = 0x0002_0000;
-/// RAM size in bytes (four chip RAM banks of 2048 words); the initial stack pointer is
-/// `RAM_BASE + RAM_SIZE`.
-pub const RAM_SIZE: u32 = 0x0000_8000;
+/// First byte of RAM (aligned to its size, so the chip tests the region with one pattern).
+pub const RAM_BASE: u32 = 0x0004_0000;
+/// RAM size in bytes (four chip RAM banks of 2048 lines of eight words); the initial stack
+/// pointer is `RAM_BASE + RAM_SIZE`.
+pub const RAM_SIZE: u32 = 0x0004_0000;
 /// Storing a byte here writes it to the console.
 pub const MMIO_CONSOLE_TX: u32 = 0x1000_0000;
 /// Storing a word here ends the program with that word as its exit code.

@@ -91,8 +91,9 @@ enum Command {
         /// Stop with an error after this many retired instructions.
         #[arg(long, default_value_t = 4_000_000_000)]
         max_instructions: u64,
-        /// (chip) Check pc, registers and RAM against the golden reference after every
-        /// retired instruction; stop at the first difference with a readable diff.
+        /// (chip) Check pc and registers against the golden reference after every retired
+        /// instruction, a store's RAM line after it, all of RAM every 4096 instructions;
+        /// stop at the first difference with a readable diff.
         #[arg(long)]
         verify: bool,
         /// (chip) The Qwen3.5 shape the chip layers are compiled for (without --model).

@@ -2,5 +2,5 @@
     .text
     .globl main
 main:
-    li t0, 0x20000
+    li t0, 0x40000
     jr t0

@@ -2,6 +2,6 @@
     .text
     .globl main
 main:
-    li a0, 0x20001
+    li a0, 0x40001
     lw a1, 0(a0)
     ret

@@ -142,6 +142,20 @@ fn euler10() {
     assert!(whole("euler10") <= 2.0);
 }
 
+/// The 0.8b chip's size and capacity: at most 11 layers; its RAM banks hold the whole
+/// 256 KiB RAM of the memory map.
+#[test]
+fn chip_size_and_capacity() {
+    use inband_firmware::memory_map::RAM_SIZE;
+    use inband_weightgen::rv32im::tokens::{LINE_WORDS, RAM_BANKS};
+    let layers = chip().chip.layers.len();
+    assert!(layers <= 11, "{layers} chip layers");
+    let rows = 16 * 128;
+    assert_eq!((RAM_BANKS * rows * LINE_WORDS * 4) as u32, RAM_SIZE);
+    const { assert!(RAM_SIZE >= 256 * 1024) };
+    assert_eq!(chip().map.ram.len(), RAM_BANKS);
+}
+
 /// Boot leaves out staging tokens whose values are already staged: every GDN row of
 /// every chip layer ends bit for bit as with every token sent.
 #[test]
@@ -204,6 +218,25 @@ fn code_in_the_roms_last_rows() {
     assert_eq!(end, ChipEnd::Trapped(trap));
     assert_eq!(chip_console, console);
     assert!(counts.retired > 20, "{counts:?}");
+}
+
+/// All of RAM (256 KiB, in four banks of lines behind a 4 KiB line cache): a program
+/// writes a word into every line of a 240 KiB array, refills lines through conflicting
+/// strides, stores halfwords and bytes across it and reads samples back; every store's
+/// line is compared with golden's as it retires, all of RAM every 4096 instructions.
+#[test]
+fn whole_ram() {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("ram/whole_ram.c");
+    let image = image_of(&source);
+    let (want, console) = golden_end(&image, u64::MAX);
+    assert_eq!(want, RunEnd::Exited(0));
+    let (end, counts, chip_console) = lockstep("whole_ram", &image, u64::MAX);
+    assert_eq!(end, ChipEnd::Exited(0));
+    assert_eq!(chip_console, console);
+    eprintln!(
+        "whole_ram: {} instructions, {} forward passes",
+        counts.retired, counts.passes
+    );
 }
 
 /// Traps end the same way on both engines (checked with their pc, cause and value).

@@ -12,7 +12,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 #[derive(Clone, Copy, ValueEnum)]
 enum ChipName {
-    /// The RV32IM CPU (64 KiB ROM, 32 KiB RAM, millicode division).
+    /// The RV32IM CPU (64 KiB ROM, 256 KiB RAM, millicode division).
     Rv32im,
     /// The 8-bit accumulator toy machine (16-instruction ROM, 16-byte RAM).
     Acc8,

@@ -2,16 +2,17 @@
 //!
 //! - `pc_base` (one row, first layer): the ROM row the pc is in and the mode (user code
 //!   or millicode), written by `x` and `xm` tokens.
-//! - `rom_staging` (anchored, 32 rows): boot `bp` tokens stage a ROM row two nibbles at a
-//!   time; `bc` reads all 32 rows at once and writes the row into the ROM.
+//! - `rom_staging` (anchored, 32 rows): boot `bp` tokens stage a ROM row (or a RAM line)
+//!   two nibbles at a time; `bc` (`bl`) reads all 32 rows at once and writes the row into
+//!   the ROM (a RAM bank).
 //! - `rom` (anchored, all 16 heads of a layer): 2048 rows of eight user instructions,
 //!   each instruction eight nibble levels (entries 0..63); the first rows of the last head
 //!   also hold millicode in entries 64..125 (see [`super::millicode`]), which `bc` adds
 //!   from the chip's weights. A fetch reads the base row and keeps the eight entries of
 //!   the slot in the mode's half (the read's z gate), then 15 thresholds per nibble make
 //!   exact bits.
-//! - `stage_lo`/`stage_hi`: the `w1 w2 w3` word, read back when a store commits or a
-//!   boot word is written.
+//! - `stage_lo`/`stage_hi`: the `w1 w2 w3` (`f3`) word, read back when a store commits or
+//!   a line fill writes it.
 //! - next pc: the sequential successor (row + 1 after slot 7) as one-hots, for `x`
 //!   tokens, links and millicode returns.
 
@@ -107,8 +108,10 @@ pub struct Front {
     pub bits: Vec<Expr>,
     /// The link (pc + 4) as one-hot nibbles 0..3, nonzero only on `lk` passes.
     pub link: Vec<Vec<Expr>>,
-    /// The staged word's nibbles (one-hot), nonzero only on commit and `bw` passes.
+    /// The staged word's nibbles (one-hot), nonzero only on commit and `f3` passes.
     pub staged: Vec<Vec<Expr>>,
+    /// The staged ROM row or RAM line (64 nibble levels), nonzero only on `bc` and `bl` passes.
+    pub staged_row: Vec<Expr>,
 }
 
 /// Builds the front end.
@@ -117,7 +120,7 @@ pub fn build(c: &mut Circuit, t: &Tok) -> Front {
     let heads = c.target.key_heads;
     let slot9 = t.field(field::SLOT).to_vec();
     let jumped = t.kind(kind::X) + t.kind(kind::XM);
-    let first = (0..ROW_SLOTS).fold(jumped.clone(), |e, v| e + slot9[v].clone());
+    let first = (0..ROW_SLOTS).fold(jumped.clone() + t.kind(kind::RR), |e, v| e + slot9[v].clone());
     let rebase = slot9[ROW_SLOTS].clone();
     let commit = (0..ROW_SLOTS).fold(Expr::zero(), |e, v| e + t.field(field::WSLOT)[v].clone());
     let slot: Vec<Expr> = (0..ROW_SLOTS)
@@ -127,6 +130,7 @@ pub fn build(c: &mut Circuit, t: &Tok) -> Front {
                 + t.field(field::MSLOT)[v].clone()
                 + t.field(field::LKSLOT)[v].clone()
                 + t.field(field::WSLOT)[v].clone()
+                + t.field(field::FSLOT)[v].clone()
         })
         .collect();
     let fetch = slot.iter().fold(Expr::zero(), |e, s| e + s.clone());
@@ -285,13 +289,15 @@ pub fn build(c: &mut Circuit, t: &Tok) -> Front {
         .map(|e| (format!("L{e}"), Range::NIBBLE, vec![(e, 1.0)]))
         .collect();
     let bc = t.kind(kind::BC);
+    let staged_read = bc.clone() + t.kind(kind::BL);
     let staged_levels = c.read(
         "rom_staging",
         staging,
         all_pieces,
-        Some((0..2 * ROW_PIECES).map(|e| (e, bc.clone())).collect()),
+        Some((0..2 * ROW_PIECES).map(|e| (e, staged_read.clone())).collect()),
         levels,
     );
+    let staged_row: Vec<Expr> = staged_levels.iter().map(|s| Expr::signal(*s)).collect();
 
     // The ROM: row r of head h holds user instruction s's nibble k at entry 8s + k and
     // millicode word 8·(r - FIRST_ROW) + s's nibble k at entry 64 + 8s + k (below 126).
@@ -455,7 +461,7 @@ pub fn build(c: &mut Circuit, t: &Tok) -> Front {
         entries,
         enable: w1 + w2,
     });
-    let stage_read = commit.clone() + t.kind(kind::BW);
+    let stage_read = commit.clone() + t.kind(kind::F3);
     let mut pair = vec![Delayed::now(Expr::constant(1.0)), Delayed::now(Expr::constant(1.0))];
     pair.resize(rows, Delayed::now(Expr::zero()));
     let lo = c.read(
@@ -484,7 +490,7 @@ pub fn build(c: &mut Circuit, t: &Tok) -> Front {
         memory: stage_hi,
         address: row_zero(rows),
         entries,
-        enable: t.kind(kind::W3),
+        enable: t.kind(kind::W3) + t.kind(kind::F3),
     });
     let hi = c.read(
         "stage_hi",
@@ -520,5 +526,6 @@ pub fn build(c: &mut Circuit, t: &Tok) -> Front {
         bits,
         link,
         staged,
+        staged_row,
     }
 }

@@ -12,7 +12,7 @@ use inband_qwen35::TextConfig;
 use thiserror::Error;
 
 use super::regs::low;
-use super::tokens::{kind, nibble, row_digits, row_of, token, CAUSE_EXIT, NEXT_ROW, ROW_PIECES, ROW_SLOTS};
+use super::tokens::{kind, nibble, row_digits, row_of, token, CAUSE_EXIT, LINE_WORDS, ROW_PIECES, ROW_SLOTS};
 use super::{circuit, millicode, StateMap};
 use crate::emit::{compile, target_of, Chip, CompileError};
 use crate::runner::{ChipRunner, MathPath};
@@ -105,8 +105,8 @@ fn is_division(word: u32) -> bool {
     word & 0xfe00_407f == 0x0200_4033
 }
 
-/// The prefill that boots `image`: ROM rows (up to 32 pieces and a commit each), non-zero
-/// RAM words (up to three staging tokens and a write each), then `x` to the entry point.
+/// The prefill that boots `image`: ROM rows and non-zero RAM lines (up to 32 pieces and
+/// a commit each), then `x` to the entry point.
 ///
 /// The staging memories keep what was last written to them, so a staging token whose
 /// values are already staged (the same byte of the previous row, the same part of the
@@ -136,16 +136,15 @@ pub fn boot_tokens_with(image: &ProgramImage, leave_out_staged: bool) -> Result<
         let [h, a, b] = row_digits(row);
         out.push(token(kind::BC, &[h, a, b]));
     }
-    let mut staged_parts: [Option<ChipToken>; 3] = std::array::from_fn(|_| None);
-    for (i, w) in image.ram.chunks(4).enumerate() {
-        let word = u32::from_le_bytes([w[0], w[1], w[2], w[3]]);
-        if word == 0 {
+    for (line, words) in image.ram.chunks(4 * LINE_WORDS).enumerate() {
+        if words.iter().all(|b| *b == 0) {
             continue;
         }
-        for (staged, part) in staged_parts.iter_mut().zip(word_tokens(word, NEXT_ROW)) {
-            stage(&mut out, staged, part);
+        for (p, staged) in staged_pieces.iter_mut().enumerate() {
+            let nib = |e: usize| ((words[e / 2] >> (4 * (e % 2))) & 15) as usize;
+            stage(&mut out, staged, token(kind::BP, &[p, nib(2 * p), nib(2 * p + 1)]));
         }
-        out.push(token(kind::BW, &[i >> 11, (i >> 7) & 15, (i >> 4) & 7, i & 15]));
+        out.push(token(kind::BL, &line_digits(line)));
     }
     let entry = image.entry;
     if !(ROM_BASE..ROM_END).contains(&entry) || !entry.is_multiple_of(4) {
@@ -160,14 +159,9 @@ pub fn boot_tokens_with(image: &ProgramImage, leave_out_staged: bool) -> Result<
     Ok(out)
 }
 
-/// `w1 w2 w3` staging a word (w3 with `slot`).
-fn word_tokens(word: u32, slot: usize) -> [ChipToken; 3] {
-    let n = |i| nibble(word, i);
-    [
-        token(kind::W1, &[n(0), n(1), n(2)]),
-        token(kind::W2, &[n(3), n(4), n(5)]),
-        token(kind::W3, &[n(6), n(7), slot]),
-    ]
+/// A RAM line number (0 = RAM_BASE) split into the chip's (bank, head, rhi, rlo) digits.
+pub fn line_digits(line: usize) -> [usize; 4] {
+    [line >> 11, (line >> 7) & 15, (line >> 4) & 7, line & 15]
 }
 
 /// The slot a token starts (None: it starts no instruction).
@@ -302,8 +296,9 @@ impl<'a> ChipMachine<'a> {
     }
 
     /// Runs up to `budget` more retired instructions. With `golden` (booted from the same
-    /// image), checks pc and registers after every retired instruction and RAM after
-    /// stores, and stops at the first difference.
+    /// image), checks pc and registers after every retired instruction, the stored line
+    /// after every store and all of RAM every 4096 instructions, and stops at the first
+    /// difference.
     pub fn run(&mut self, budget: u64, mut golden: Option<&mut Machine>) -> Result<ChipEnd, ChipError> {
         let limit = self.counts.retired.saturating_add(budget);
         loop {
@@ -322,8 +317,9 @@ impl<'a> ChipMachine<'a> {
                 if self.in_flight.is_some() {
                     retiring = true;
                     if let Some(g) = golden.as_deref_mut() {
+                        let stored = self.stored_line(g);
                         self.golden_step(g)?;
-                        self.check_memory(g)?;
+                        self.check_memory(g, stored)?;
                     }
                     self.counts.retired += 1;
                 }
@@ -526,32 +522,42 @@ impl<'a> ChipMachine<'a> {
         }
     }
 
-    /// After a store retires, the stored word; every 4096 instructions, all of RAM.
-    fn check_memory(&self, g: &Machine) -> Result<(), ChipError> {
-        let last = g.pc; // golden has already stepped; the store's address is not kept, so compare all
-        let _ = last;
-        let full = self.counts.retired.is_multiple_of(4096);
-        let store = self.in_flight.is_some_and(|pc| {
-            matches!(
-                decode(self.image.rom_word(pc - ROM_BASE)),
-                Some(Instruction::Store { .. })
-            )
-        });
-        if !(full || store) {
+    /// The RAM line the instruction in flight stores to (golden's registers before it runs).
+    fn stored_line(&self, g: &Machine) -> Option<usize> {
+        let pc = self.in_flight?;
+        let Some(Instruction::Store { rs1, offset, .. }) = decode(self.image.rom_word(pc - ROM_BASE)) else {
+            return None;
+        };
+        let addr = g.regs[rs1 as usize].wrapping_add(offset as u32);
+        (RAM_BASE..RAM_BASE + RAM_SIZE)
+            .contains(&addr)
+            .then(|| ((addr - RAM_BASE) / (4 * LINE_WORDS as u32)) as usize)
+    }
+
+    /// After a store retires, its line; every 4096 instructions, all of RAM.
+    fn check_memory(&self, g: &Machine, stored: Option<usize>) -> Result<(), ChipError> {
+        let lines = if self.counts.retired.is_multiple_of(4096) {
+            0..(RAM_SIZE as usize) / (4 * LINE_WORDS)
+        } else if let Some(line) = stored {
+            line..line + 1
+        } else {
             return Ok(());
-        }
+        };
         let ram = g.ram();
-        for i in 0..(RAM_SIZE / 4) as usize {
-            let want = u32::from_le_bytes(ram[4 * i..4 * i + 4].try_into().expect("4 bytes"));
-            let have = self.ram_word(i)?;
-            if want != have {
-                return Err(ChipError::Mismatch {
-                    retired: self.counts.retired,
-                    diff: format!(
-                        "RAM word {:#010x}: golden {want:#010x}, chip {have:#010x}",
-                        RAM_BASE + 4 * i as u32
-                    ),
-                });
+        for line in lines {
+            let have = self.ram_line(line)?;
+            for (k, have) in have.into_iter().enumerate() {
+                let i = line * LINE_WORDS + k;
+                let want = u32::from_le_bytes(ram[4 * i..4 * i + 4].try_into().expect("4 bytes"));
+                if want != have {
+                    return Err(ChipError::Mismatch {
+                        retired: self.counts.retired,
+                        diff: format!(
+                            "RAM word {:#010x}: golden {want:#010x}, chip {have:#010x}",
+                            RAM_BASE + 4 * i as u32
+                        ),
+                    });
+                }
             }
         }
         Ok(())
@@ -595,17 +601,25 @@ impl<'a> ChipMachine<'a> {
 
     /// RAM word `index` (0 = RAM_BASE), read from its bank's state.
     pub fn ram_word(&self, index: usize) -> Result<u32, ChipError> {
-        let bank = self.chip.map.ram[index >> 11];
-        let (layer, first) = self.chip.chip.schedule.memory_place[bank];
+        Ok(self.ram_line(index / LINE_WORDS)?[index % LINE_WORDS])
+    }
+
+    /// The eight words of RAM line `line` (0 = RAM_BASE), read from its bank's state:
+    /// word k's nibble j is the level at entry 8k + j, stored as LEVEL_UNIT per level.
+    pub fn ram_line(&self, line: usize) -> Result<[u32; LINE_WORDS], ChipError> {
+        let [bank, head, rhi, rlo] = line_digits(line);
+        let (layer, first) = self.chip.chip.schedule.memory_place[self.chip.map.ram[bank]];
         let group = self.chip.chip.base.value_heads_per_key_head();
-        let head = first + ((index >> 7) & 15);
-        let row = self.runner.memory_row(layer, head * group, index & 127)?;
-        let mut w = 0u32;
-        for j in 0..8 {
-            let v = (0..16).find(|v| row[16 * j + v] > 64.0).unwrap_or(0) as u32;
-            w |= v << (4 * j);
+        let row = self.runner.memory_row(layer, (first + head) * group, rhi << 4 | rlo)?;
+        let unit = inband_circuits::contract::LEVEL_UNIT as f32;
+        let mut words = [0u32; LINE_WORDS];
+        for (k, w) in words.iter_mut().enumerate() {
+            for j in 0..8 {
+                let level = (row[8 * k + j] / unit).round().clamp(0.0, 15.0) as u32;
+                *w |= level << (4 * j);
+            }
         }
-        Ok(w)
+        Ok(words)
     }
 }
 
@@ -622,6 +636,7 @@ fn register_diff(golden: &[u32; 32], chip: &[u32; 32]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rv32im::tokens::NEXT_ROW;
 
     #[test]
     fn divisions_are_recognised() {
@@ -637,7 +652,17 @@ mod tests {
     #[test]
     fn word_tokens_spell_the_word() {
         for w in [0u32, 1, 0xdead_beef, u32::MAX] {
-            assert_eq!(word_of(&word_tokens(w, 3)), w);
+            let n = |i| nibble(w, i);
+            let parts = [
+                token(kind::W1, &[n(0), n(1), n(2)]),
+                token(kind::W2, &[n(3), n(4), n(5)]),
+                token(kind::W3, &[n(6), n(7), 3]),
+            ];
+            assert_eq!(word_of(&parts), w);
+        }
+        for line in [0, 1, 127, 128, 2047, 2048, 8191] {
+            let [b, h, a, r] = line_digits(line);
+            assert_eq!((b << 11) | (h << 7) | (a << 4) | r, line);
         }
         assert_eq!(started_slot(&token(kind::S, &[1, 2, 3, 5])), Some(5));
         assert_eq!(started_slot(&token(kind::S, &[1, 2, 3, NEXT_ROW])), None);

@@ -1,46 +1,56 @@
 //! RAM and the load/store unit.
 //!
-//! RAM is four banks, one chip layer each, of 16 heads × 128 rows; a row is one word as
-//! eight one-hot nibbles. The address's word index (bits 2..14) is bank (13..14), head
-//! (9..12), rhi (6..8), rlo (2..5). The head elements of the address are ANDs over the
-//! address bits, the RAM region and the access kind, folded into the key and query
-//! projections, so no layer is spent on decoding.
+//! RAM is 256 KiB in lines of eight words. Why lines: a GDN head with one-hot keys holds
+//! 128 rows and a write replaces a whole row, so a layer has 16 × 128 independently
+//! writable rows on every Qwen3.5 shape; one word per row caps RAM at 8 KiB per layer.
+//! A row holds eight words as nibble levels (as a ROM row holds eight instructions), but
+//! a store then has to write all eight, and a layer's write can only use what shallower
+//! layers produced in the same pass.
 //!
-//! Word stores write rs2 in the pass that runs them. Byte and halfword stores read the
-//! old word, merge, and send the merged word through `w1 w2 w3` tokens to a staging
-//! memory; the pass consuming `w3` re-runs the store and writes the staged word (a GDN
-//! write replaces a whole row, and only tokens carry values back to shallow layers).
-//! Boot words take the same path, addressed by a `bw` token.
+//! So stores go through a line cache one layer above the banks:
+//! - `ram0..ram3` (anchored, a layer each): 2048 lines per bank, word k's nibble j as a
+//!   level at entry 8k + j. Loads read them (the read's gate keeps word k's entries).
+//! - `cache.w0..w7` (one head each, one-hot words) and `cache.tags` (one head): a
+//!   direct-mapped cache of 128 lines (4 KiB): slot = address bits 5..11, tag = bits
+//!   12..17 (the line's head and bank one-hot). A word store writes its word into the
+//!   cache, reads the whole line back in the same layer, and, when the tag matched,
+//!   writes the line through to its bank: one pass, and the banks always hold all of RAM.
+//! - A store whose line is not in the cache (the tag read beside the cache says so)
+//!   fills it first: `fz` claims the slot and clears it; every fill pass re-fetches the
+//!   store (its slot rides in the token), reads one word of the line from the bank and
+//!   sends it back up through `w1 w2 f3` (or skips it with `fs` when it is zero); `rr`
+//!   then runs the store again, which now hits. A miss costs 2 passes plus one per zero
+//!   word and three per other word.
 //!
-//! Capacity, and why it is 32 KiB. A GDN head with one-hot keys holds 128 rows, and a
-//! write replaces a whole row (beta is per head, the delta rule per row): a layer has 16
-//! heads × 128 = 2,048 independently writable rows on every Qwen3.5 shape (Hk = 16; where
-//! Hv = 32, two value heads share each key, so 4,096). A row can hold more than one word
-//! only if a store rewrites all of it, and the value a layer writes comes from its input:
-//! the token and shallower layers, never the layer's own state in the same pass. So a
-//! row's other words must already sit in a shallower memory (which then needs the same
-//! rows) or ride back through tokens (about three passes per word, as `w1 w2 w3` do for
-//! byte stores). One word per row and one pass per `sw` give 8 KiB per layer; 256 KiB
-//! would take 32 layers. The way past it that keeps word stores at one pass is a line
-//! buffer: a few open lines of four words in a shallow memory, one word per row; a store
-//! that hits an open line updates its word there and, in the same pass, writes the whole
-//! line (read back from the buffer) into a four-words-per-row bank deeper down; a store
-//! that misses first fills the line from the bank through tokens. Loads read the bank.
+//! The address's digits come straight from the operands (below); the head elements of
+//! an access are ANDs over digits, the bank and the access kind, folded into the key
+//! and query projections, so no layer is spent on decoding.
+//!
+//! Byte and halfword stores read the old word, merge, and send the merged word through
+//! `w1 w2 w3` tokens to a staging memory; the pass consuming `w3` re-runs the store and
+//! writes the staged word into the cache like a word store (the `sb` pass checks the tag
+//! first, so a miss fills before the merge). Boot lines are staged like ROM rows (`bp`)
+//! and written straight into their bank by `bl`.
 
-use inband_circuits::primitives::{add_gated, all, not};
+use inband_circuits::circuit::RowCode;
+use inband_circuits::primitives::{add_gated, all, not, step};
 use inband_circuits::{Address, Circuit, Delayed, Expr, Range, Write};
 
 use super::decode::Classes;
 use super::front::Front;
 use super::regs::RegValue;
-use super::tokens::{field, kind, RAM_BANKS};
+use super::tokens::{field, kind, LINE_WORDS, RAM_BANKS};
 use super::wires::{all_of, oh, pattern, Tok};
 
-/// The region test: address bits 15..31 spell RAM_BASE >> 15.
-const RAM_HIGH: u64 = (inband_firmware::memory_map::RAM_BASE >> 15) as u64;
+/// The region test: address bits 18..31 spell RAM_BASE >> 18.
+const RAM_HIGH: u64 = (inband_firmware::memory_map::RAM_BASE >> 18) as u64;
+/// Anchor of the RAM banks' rows: 64 levels up to 15 read back within 2·10⁻⁴, which the
+/// loaded word's later decisions need (they weigh nibbles up to 16-fold, five at a time).
+pub const RAM_ANCHOR: f64 = 16384.0;
 
 pub struct MemoryUnit {
-    /// The loaded word's nibble values (0 unless a load or a byte/halfword store reads).
+    /// The loaded word's nibble values (0 unless a load, a byte/halfword store or a
+    /// line fill reads).
     pub loaded: Vec<Expr>,
     /// A load's result (nibble values), 0 unless a valid load ran.
     pub load_result: Vec<Expr>,
@@ -49,26 +59,46 @@ pub struct MemoryUnit {
     pub load_ok: Expr,
     pub load_misaligned: Expr,
     pub load_fault: Expr,
-    pub sw_ram: Expr,
+    /// A word store in RAM whose line was in the cache (it is done).
+    pub sw_hit: Expr,
+    /// A byte/halfword store in RAM whose line is in the cache (its merge goes on).
+    pub sbsh_hit: Expr,
+    /// A byte/halfword commit that wrote through (it is done).
+    pub commit_hit: Expr,
+    /// A store in RAM (or a commit) whose line is not in the cache: a fill starts.
+    pub miss: Expr,
     pub sbsh_ram: Expr,
     pub console: Expr,
     pub exit: Expr,
     pub store_misaligned: Expr,
     pub store_fault: Expr,
+    /// A fill pass (`fz`, `fs` or `f3`; the token kinds, 0/1).
+    pub fill_pass: Expr,
+    /// One-hot of the line word this fill pass reads (none after `f3` of word 7).
+    pub examine: Vec<Expr>,
+    /// The word a fill pass read is not zero.
+    pub loaded_nonzero: Expr,
     /// The RAM bank memories (for the host's state readout).
     pub banks: Vec<usize>,
 }
 
-/// One-hot digits of the word index of rs1 + imm, straight from the operands: a digit
+/// One-hot digits of the byte address rs1 + imm, straight from the operands: a digit
 /// made of address bits lo..hi is a function of X = the sum of both operands' bits 0..hi
-/// (an exact integer below 2^16), namely floor(X / 2^lo) mod 2^(hi-lo); thresholds at the
+/// (an exact integer below 2^19), namely floor(X / 2^lo) mod 2^(hi-lo); thresholds at the
 /// multiples of 2^lo give it without waiting for the adder's carries. `gate` (0/1) zeroes
-/// every digit when no memory access runs.
-fn address_digits(c: &mut Circuit, a: &[Expr], m: &[Expr], gate: &Expr) -> [Vec<Expr>; 4] {
+/// every digit when it is 0.
+fn address_digits(
+    c: &mut Circuit,
+    name: &str,
+    a: &[Expr],
+    m: &[Expr],
+    gate: &Expr,
+    specs: &[(&str, usize, usize)],
+) -> Vec<Vec<Expr>> {
     const K: f64 = inband_circuits::contract::GATE_SCALE;
-    let mut blk = c.block("ram.address");
+    let mut blk = c.block(name);
     let mut digits = Vec::new();
-    for (name, lo, n) in [("rlo", 2usize, 4usize), ("rhi", 6, 3), ("head", 9, 4), ("bank", 13, 2)] {
+    for &(name, lo, n) in specs {
         let top = lo + n;
         let x = (0..top).fold(Expr::zero(), |e, i| {
             e + (a[i].clone() + m[i].clone()) * (1u64 << i) as f64
@@ -98,13 +128,7 @@ fn address_digits(c: &mut Circuit, a: &[Expr], m: &[Expr], gate: &Expr) -> [Vec<
         digits.push(oh(&outs));
     }
     c.add_block(blk);
-    let mut it = digits.into_iter();
-    [
-        it.next().unwrap(),
-        it.next().unwrap(),
-        it.next().unwrap(),
-        it.next().unwrap(),
-    ]
+    digits
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -118,33 +142,93 @@ pub fn build(
     imm: &[Expr],
     address: &[Expr],
 ) -> MemoryUnit {
-    let rows = c.target.rows_per_head;
     let heads = c.target.key_heads;
-    assert_eq!((heads, rows), (16, 128), "RAM banks are 16 heads of 128 words");
+    assert_eq!(
+        (heads, c.target.rows_per_head),
+        (16, 128),
+        "RAM banks are 16 heads of 128 lines"
+    );
     let sum = |xs: &[Expr]| xs.iter().fold(Expr::zero(), |e, x| e + x.clone());
+    let now = |e: Expr| Delayed::now(e);
     let [lb, lh, lw, lbu, lhu] = k.load.clone();
     let [sb, sh, sw] = k.store.clone();
     let load_any = sum(&[lb.clone(), lh.clone(), lw.clone(), lbu.clone(), lhu.clone()]);
     let store_any = sum(&[sb.clone(), sh.clone(), sw.clone()]);
+    let (fz, fs, f3) = (t.kind(kind::FZ), t.kind(kind::FS), t.kind(kind::F3));
+    let fill_pass = fz.clone() + fs.clone() + f3.clone();
 
-    // Word index digits: from rs1 + imm on passes that access memory, from a `bw` token
-    // when booting. Stores outside RAM may write an aliased row: they trap or exit, so
-    // nothing reads it afterwards.
-    let bw = t.kind(kind::BW);
-    let access = load_any.clone() + store_any.clone() + k.sbsh_commit.clone();
-    let [rlo, rhi, head, bank] = address_digits(c, &rs1.bits, imm, &access);
-    let join = |exec: &[Expr], boot: usize| -> Vec<Expr> {
-        exec.iter()
-            .zip(t.field(boot))
-            .map(|(e, b)| e.clone() + b.clone())
-            .collect()
-    };
-    let (w_rlo, w_rhi, w_head, w_bank) = (
-        join(&rlo, field::BRLO),
-        join(&rhi, field::BRHI),
-        join(&head, field::BHEAD),
-        join(&bank, field::BBANK),
+    // The line's digits on every pass that touches memory (fill passes re-run the store);
+    // the word's digits separately for cache writes (word stores and commits) and for
+    // bank reads (loads and the merge reads of byte/halfword stores).
+    let access = load_any.clone() + store_any.clone() + k.sbsh_commit.clone() + fill_pass.clone();
+    let line_specs = [("rlo", 5, 4), ("rhi", 9, 3), ("head", 12, 4), ("bank", 16, 2)];
+    let mut line = address_digits(c, "ram.line", &rs1.bits, imm, &access, &line_specs).into_iter();
+    let (rlo, rhi, head, bank) = (
+        line.next().unwrap(),
+        line.next().unwrap(),
+        line.next().unwrap(),
+        line.next().unwrap(),
     );
+    let writes_word = sw.clone() + k.sbsh_commit.clone();
+    let store_word = address_digits(c, "ram.word.store", &rs1.bits, imm, &writes_word, &[("w", 2, 3)]).remove(0);
+    let reads_word = load_any.clone() + sb.clone() + sh.clone();
+    let load_word = address_digits(c, "ram.word.load", &rs1.bits, imm, &reads_word, &[("w", 2, 3)]).remove(0);
+    // The word a fill pass reads: 0 after `fz`, fk after `fs`, fw + 1 after `f3`.
+    let examine: Vec<Expr> = (0..LINE_WORDS)
+        .map(|e| {
+            let after_f3 = if e > 0 {
+                t.field(field::FW)[e - 1].clone()
+            } else {
+                Expr::zero()
+            };
+            let after_fz = if e == 0 { fz.clone() } else { Expr::zero() };
+            after_fz + t.field(field::FK)[e].clone() + after_f3
+        })
+        .collect();
+    let slot_rows = || {
+        vec![
+            rhi.iter().map(|x| now(x.clone())).collect::<Vec<_>>(),
+            rlo.iter().map(|x| now(x.clone())).collect(),
+        ]
+    };
+    let one_head = || vec![now(Expr::constant(1.0))];
+
+    // Cache tags: `fz` claims the slot for the store's line; every access reads the tag
+    // with the gate open only at the line's own head and bank, so a match reads 2.
+    let tags = c.memory(
+        "cache.tags",
+        1,
+        2,
+        "line cache tag by slot: the line's head (entries 0-15) and bank (16-19) one-hot",
+    );
+    let mut entries: Vec<(usize, Delayed)> = head.iter().enumerate().map(|(h, x)| (h, now(x.clone()))).collect();
+    entries.extend(bank.iter().enumerate().map(|(b, x)| (16 + b, now(x.clone()))));
+    c.write(Write {
+        memory: tags,
+        address: Address::Factored {
+            heads: one_head(),
+            rows: slot_rows(),
+        },
+        entries,
+        enable: fz.clone(),
+    });
+    let select: Vec<(usize, Expr)> = head
+        .iter()
+        .enumerate()
+        .map(|(h, x)| (h, x.clone()))
+        .chain(bank.iter().enumerate().map(|(b, x)| (16 + b, x.clone())))
+        .collect();
+    let matched = c.read(
+        "cache.tags",
+        tags,
+        Address::Factored {
+            heads: one_head(),
+            rows: slot_rows(),
+        },
+        Some(select),
+        vec![("match".into(), Range::new(0, 2), (0..20).map(|e| (e, 1.0)).collect())],
+    );
+    let hit = Expr::signal(step(c, "cache.hit", Expr::signal(matched[0]) - 1.0));
 
     // Store data: rs2 one-hot on word-store passes.
     let mut blk = c.block("store.data");
@@ -166,17 +250,84 @@ pub fn build(
     }
     c.add_block(blk);
 
-    let writes = sw.clone() + k.sbsh_commit.clone() + bw.clone();
-    let reads = load_any.clone() + sb.clone() + sh.clone();
-    let now = |e: Expr| Delayed::now(e);
-    let mut banks = Vec::new();
-    let mut loaded_onehot: Vec<Vec<Expr>> = vec![vec![Expr::zero(); 16]; 8];
-    for b in 0..RAM_BANKS {
+    // Cache words: word k of slot s is row s of memory k. A word store or commit writes
+    // its word (whatever the tag: a miss refills the whole slot anyway), `fz` clears all
+    // eight, `f3` writes word fw. Every access reads the whole line back.
+    let mut cached: Vec<Vec<Expr>> = Vec::new();
+    for w in 0..LINE_WORDS {
         let mem = c.memory(
+            format!("cache.w{w}"),
+            1,
+            8,
+            format!("line cache word {w} by slot: eight one-hot nibbles"),
+        );
+        let mut entries = Vec::new();
+        for j in 0..8 {
+            for v in 0..16 {
+                let cleared = if v == 0 { fz.clone() } else { Expr::zero() };
+                entries.push((16 * j + v, now(data[j][v].clone() + f.staged[j][v].clone() + cleared)));
+            }
+        }
+        let chosen = store_word[w].clone() + fz.clone() + t.field(field::FW)[w].clone();
+        c.write(Write {
+            memory: mem,
+            address: Address::Factored {
+                heads: vec![now(chosen)],
+                rows: slot_rows(),
+            },
+            entries,
+            enable: writes_word.clone() + fz.clone() + f3.clone(),
+        });
+        let outs = (0..8)
+            .map(|j| {
+                (
+                    format!("n{j}"),
+                    Range::NIBBLE,
+                    (1..16).map(|v| (16 * j + v, v as f64)).collect(),
+                )
+            })
+            .collect();
+        let read = c.read(
+            &format!("cache.w{w}"),
+            mem,
+            Address::Factored {
+                heads: one_head(),
+                rows: slot_rows(),
+            },
+            None,
+            outs,
+        );
+        cached.push(oh(&read));
+    }
+    // A word store or commit whose tag matched writes its line through (`hit` and
+    // `writes_word` are terms of the bank's head AND; a boot `bl` stands in for both).
+
+    // The banks. Boot `bl` tokens name the line in their fields and bring the staged row.
+    let bl = t.kind(kind::BL);
+    let join = |exec: &[Expr], boot: usize| -> Vec<Expr> {
+        exec.iter()
+            .zip(t.field(boot))
+            .map(|(e, b)| e.clone() + b.clone())
+            .collect()
+    };
+    let (w_rlo, w_rhi, w_head, w_bank) = (
+        join(&rlo, field::BRLO),
+        join(&rhi, field::BRHI),
+        join(&head, field::BHEAD),
+        join(&bank, field::BBANK),
+    );
+    let reads = reads_word.clone() + fill_pass.clone();
+    let mut banks = Vec::new();
+    let mut levels = vec![Expr::zero(); 8];
+    for b in 0..RAM_BANKS {
+        let mem = c.add_memory(
             format!("ram{b}"),
             heads,
-            8,
-            format!("RAM bank {b}: one word per row, eight one-hot nibbles"),
+            RowCode::Anchored {
+                anchor: RAM_ANCHOR,
+                rows_per_read: 1,
+            },
+            format!("RAM bank {b}: a line of eight words per row, word k's nibble j (level) at entry 8k+j"),
         );
         let address = |head: &[Expr], bank: &[Expr], rhi: &[Expr], rlo: &[Expr], kind: &Expr| Address::Factored {
             heads: head
@@ -188,37 +339,54 @@ pub fn build(
                 rlo.iter().map(|x| now(x.clone())).collect(),
             ],
         };
-        let mut entries = Vec::new();
-        for j in 0..8 {
-            for v in 0..16 {
-                entries.push((16 * j + v, now(data[j][v].clone() + f.staged[j][v].clone())));
+        let entries = (0..8 * LINE_WORDS)
+            .map(|e| (e, now(cached[e / 8][e % 8].clone() + f.staged_row[e].clone())))
+            .collect();
+        let mut write_address = address(&w_head, &w_bank, &w_rhi, &w_rlo, &(writes_word.clone() + bl.clone()));
+        if let Address::Factored { heads, .. } = &mut write_address {
+            for (h, x) in heads.iter_mut().enumerate() {
+                let cond = all(&[
+                    w_head[h].clone(),
+                    w_bank[b].clone(),
+                    writes_word.clone() + bl.clone(),
+                    hit.clone() + bl.clone(),
+                ]);
+                *x = now(cond);
             }
         }
         c.write(Write {
             memory: mem,
-            address: address(&w_head, &w_bank, &w_rhi, &w_rlo, &writes),
+            address: write_address,
             entries,
-            enable: writes.clone(),
+            enable: writes_word.clone() + bl.clone(),
         });
+        let select = (0..8 * LINE_WORDS)
+            .map(|e| (e, load_word[e / 8].clone() + examine[e / 8].clone()))
+            .collect();
         let outs = (0..8)
-            .flat_map(|j| (1..16).map(move |v| (format!("n{j}.{v}"), Range::BIT, vec![(16 * j + v, 1.0)])))
+            .map(|j| {
+                (
+                    format!("n{j}"),
+                    Range::NIBBLE,
+                    (0..LINE_WORDS).map(|w| (8 * w + j, 1.0)).collect(),
+                )
+            })
             .collect();
         let read = c.read(
             &format!("ram{b}"),
             mem,
             address(&head, &bank, &rhi, &rlo, &reads),
-            None,
+            Some(select),
             outs,
         );
         for j in 0..8 {
-            for v in 1..16 {
-                loaded_onehot[j][v] = loaded_onehot[j][v].clone() + Expr::signal(read[15 * j + v - 1]);
-            }
+            levels[j] = levels[j].clone() + Expr::signal(read[j]);
         }
         banks.push(mem);
     }
-    let loaded: Vec<Expr> = loaded_onehot.iter().map(|n| super::wires::value(n)).collect();
-    let top_bit = |j: usize| (8..16).fold(Expr::zero(), |e, v| e + loaded_onehot[j][v].clone());
+    // The levels go on as they are (within 0.001 of integers, far inside every later
+    // decision's margin): thresholding them would cost a layer.
+    let loaded = levels;
 
     // Region and alignment checks.
     let (a0, a1) = (address[0].clone(), address[1].clone());
@@ -228,7 +396,7 @@ pub fn build(
         add_gated(&mut blk, &cond, (lo, 2.0), &Expr::constant(1.0), &[(s, 1.0)]);
         Expr::signal(s)
     };
-    let region = pattern(address, 15, 17, RAM_HIGH);
+    let region = pattern(address, 18, 14, RAM_HIGH);
     let load_misaligned = flag("load.mis.w", lw.clone() * 2.0 + a0.clone() + a1.clone() - 2.0, -2.0)
         + flag("load.mis.h", lh.clone() + lhu.clone() + a0.clone() - 1.0, -1.0);
     let load_ok = flag(
@@ -258,8 +426,11 @@ pub fn build(
     let store_fault =
         store_any - sw_ram.clone() - sbsh_ram.clone() - console.clone() - exit.clone() - store_misaligned.clone();
 
-    // Load results: lanes chosen by the low address bits, sign or zero filled.
+    // Load results: lanes chosen by the low address bits, sign or zero filled. The sign
+    // fill fires when the lane is chosen and its top nibble's level is 8 or more.
     let lane = |l: u64| pattern(address, 0, 2, l);
+    let fifteen = Expr::constant(15.0);
+    let negative = |chosen: Expr, top: &Expr| top.clone() - 7.0 + (chosen - 1.0) * 32.0;
     let mut blk = c.block("load.extract");
     let res: Vec<_> = (0..8).map(|j| blk.output(format!("n{j}"), Range::NIBBLE)).collect();
     let bytes = lb.clone() + lbu.clone();
@@ -275,9 +446,14 @@ pub fn build(
             );
         }
         let fill = all_of(lane(l), std::slice::from_ref(&lb));
-        let sign = top_bit(2 * l as usize + 1) * 15.0;
         let outs: Vec<_> = (2..8).map(|j| (res[j], 1.0)).collect();
-        add_gated(&mut blk, &fill, (-2.0, 1.0), &sign, &outs);
+        add_gated(
+            &mut blk,
+            &negative(fill, &loaded[2 * l as usize + 1]),
+            (-40.0, 8.0),
+            &fifteen,
+            &outs,
+        );
     }
     let halves = lh.clone() + lhu.clone();
     for hh in 0..2usize {
@@ -286,9 +462,15 @@ pub fn build(
         for j in 0..4 {
             add_gated(&mut blk, &sel, (-1.0, 1.0), &loaded[4 * hh + j], &[(res[j], 1.0)]);
         }
-        let sign = top_bit(4 * hh + 3) * 15.0;
         let outs: Vec<_> = (4..8).map(|j| (res[j], 1.0)).collect();
-        add_gated(&mut blk, &half_sel(lh.clone()), (-1.0, 1.0), &sign, &outs);
+        let fill = half_sel(lh.clone());
+        add_gated(
+            &mut blk,
+            &negative(fill, &loaded[4 * hh + 3]),
+            (-40.0, 8.0),
+            &fifteen,
+            &outs,
+        );
     }
     for j in 0..8 {
         add_gated(&mut blk, &lw, (0.0, 1.0), &loaded[j], &[(res[j], 1.0)]);
@@ -317,6 +499,17 @@ pub fn build(
     }
     c.add_block(blk);
     let merged = (0..8).map(|j| loaded[j].clone() + Expr::signal(merged_d[j])).collect();
+
+    // What the cache's tag means for each kind of store.
+    let mut outcome = |name: &str, cond: Expr| Expr::signal(step(c, name, cond));
+    let sw_hit = outcome("cache.sw_hit", sw_ram.clone() + hit.clone() - 1.0);
+    let sbsh_hit = outcome("cache.sbsh_hit", sbsh_ram.clone() + hit.clone() - 1.0);
+    let commit_hit = outcome("cache.commit_hit", k.sbsh_commit.clone() + hit.clone() - 1.0);
+    let miss = outcome(
+        "cache.miss",
+        sw_ram.clone() + sbsh_ram.clone() + k.sbsh_commit.clone() - hit,
+    );
+    let loaded_nonzero = outcome("fill.nonzero", sum(&loaded));
     MemoryUnit {
         loaded,
         load_result: oh(&res),
@@ -324,12 +517,18 @@ pub fn build(
         load_ok,
         load_misaligned,
         load_fault,
-        sw_ram,
+        sw_hit,
+        sbsh_hit,
+        commit_hit,
+        miss,
         sbsh_ram,
         console,
         exit,
         store_misaligned,
         store_fault,
+        fill_pass,
+        examine,
+        loaded_nonzero,
         banks,
     }
 }

@@ -36,7 +36,11 @@ mod latch {
     pub const T_SLOT: usize = 14;
     pub const T_FAULT: usize = 15;
     pub const WSLOT: usize = 16;
-    pub const COUNT: usize = 17;
+    /// 1 when a line fill wrote the latch (its word goes back through `w1 w2 f3`).
+    pub const FILL: usize = 17;
+    /// The line word that fill read.
+    pub const FILL_K: usize = 18;
+    pub const COUNT: usize = 19;
 }
 
 pub fn build(c: &mut Circuit, t: &Tok, f: &Front, d: &Decoded, rs2: &RegValue, x: &Executed, m: &MemoryUnit) {
@@ -138,6 +142,8 @@ pub fn build(c: &mut Circuit, t: &Tok, f: &Front, d: &Decoded, rs2: &RegValue, x
         m.load_misaligned.clone() + m.load_fault.clone() + m.store_misaligned.clone() + m.store_fault.clone();
     let others: Vec<(&str, Expr, Vec<Expr>)> = vec![
         ("merged", m.sbsh_ram.clone(), m.merged.clone()),
+        // A line fill sends the word it read back up.
+        ("fill", m.fill_pass.clone(), m.loaded.clone()),
         ("exit", m.exit.clone(), rs2.nibbles.clone()),
         ("console", m.console.clone(), zero_hi(rs2.nibbles[..2].to_vec())),
         ("addr", trap_address.clone(), nibble_values(&x.address)),
@@ -208,7 +214,7 @@ pub fn build(c: &mut Circuit, t: &Tok, f: &Front, d: &Decoded, rs2: &RegValue, x
         &[(seq_s, 1.0)],
     );
     c.add_block(blk);
-    let seq = Expr::signal(seq_s) + m.sw_ram.clone() + not_taken.clone() + k.fence.clone() + k.sbsh_commit.clone();
+    let seq = Expr::signal(seq_s) + m.sw_hit.clone() + not_taken.clone() + k.fence.clone() + m.commit_hit.clone();
     let own_slot = value(&f.slot);
     let next_slot = (0..8).fold(Expr::zero(), |e, v| {
         e + f.slot[v].clone() * (if v == 7 { NEXT_ROW } else { v + 1 }) as f64
@@ -255,6 +261,8 @@ pub fn build(c: &mut Circuit, t: &Tok, f: &Front, d: &Decoded, rs2: &RegValue, x
         (latch::T_SLOT, t_slot),
         (latch::T_FAULT, target_nofetch.clone()),
         (latch::WSLOT, wslot),
+        (latch::FILL, m.fill_pass.clone()),
+        (latch::FILL_K, value(&m.examine)),
     ] {
         entries.push((e, Delayed::now(x)));
     }
@@ -262,7 +270,7 @@ pub fn build(c: &mut Circuit, t: &Tok, f: &Front, d: &Decoded, rs2: &RegValue, x
         memory: latch_mem,
         address: one_row(rows, 0, Delayed::now(one.clone())),
         entries,
-        enable: f.first.clone(),
+        enable: f.first.clone() + m.fill_pass.clone(),
     });
     let latched = oh(&c.read(
         "latch",
@@ -285,6 +293,9 @@ pub fn build(c: &mut Circuit, t: &Tok, f: &Front, d: &Decoded, rs2: &RegValue, x
         t.kind(kind::T),
     );
     let fault = latched[latch::T_FAULT].clone();
+    // Fill passes that read a word of the line (all but `f3` of the last word).
+    let fill_done = t.field(field::FW)[7].clone();
+    let examining = m.fill_pass.clone() - fill_done.clone();
     let traps = k.illegal.clone()
         + k.ecall_user.clone()
         + k.ebreak.clone()
@@ -316,7 +327,19 @@ pub fn build(c: &mut Circuit, t: &Tok, f: &Front, d: &Decoded, rs2: &RegValue, x
         (k.mdiv.clone(), kind::XM),
         (jump_link.clone(), kind::LK),
         (m.console.clone(), kind::O),
-        (m.sbsh_ram.clone(), kind::W1),
+        (m.sbsh_hit.clone(), kind::W1),
+        (m.miss.clone(), kind::FZ),
+        // A fill pass sends a word it read (w1 w2 f3), skips a zero one, or ends.
+        (examining.clone() + m.loaded_nonzero.clone() - 1.0, kind::W1),
+        (
+            examining.clone() - m.loaded_nonzero.clone() - m.examine[7].clone(),
+            kind::FS,
+        ),
+        (
+            examining.clone() - m.loaded_nonzero.clone() + m.examine[7].clone() - 1.0,
+            kind::RR,
+        ),
+        (fill_done.clone(), kind::RR),
         (traps.clone(), kind::T),
         (all(&[seq.clone(), f.runoff.clone()]), kind::T),
         (all(&[f.rebase.clone(), f.runoff.clone()]), kind::T),
@@ -328,7 +351,8 @@ pub fn build(c: &mut Circuit, t: &Tok, f: &Front, d: &Decoded, rs2: &RegValue, x
         (millicode(tk_lk.clone() - fault.clone()), kind::XM),
         (all(&[tk_lk.clone(), fault.clone()]), kind::T),
         (tk_w1.clone(), kind::W2),
-        (tk_w2.clone(), kind::W3),
+        (tk_w2.clone() - latched[latch::FILL].clone(), kind::W3),
+        (tk_w2.clone() + latched[latch::FILL].clone() - 1.0, kind::F3),
         (tk_t.clone(), kind::W1),
     ];
     let weight = crate::emit::output_kind_weight(&c.tokens);
@@ -350,7 +374,7 @@ pub fn build(c: &mut Circuit, t: &Tok, f: &Front, d: &Decoded, rs2: &RegValue, x
             c,
             field::N[j],
             vec![
-                (first.clone(), value_n[j].clone()),
+                (first.clone() + m.fill_pass.clone(), value_n[j].clone()),
                 (tk_m.clone() + tk_t.clone(), lat(latch::VALUE + j)),
             ],
         );
@@ -475,5 +499,20 @@ pub fn build(c: &mut Circuit, t: &Tok, f: &Front, d: &Decoded, rs2: &RegValue, x
         ],
     );
     choose(c, field::WSLOT, vec![(tk_w2.clone(), lat(latch::WSLOT))]);
+    // Line fills: the word an `f3` writes, the word an `fs` reads next, the store's slot.
+    choose(c, field::FW, vec![(tk_w2.clone(), lat(latch::FILL_K))]);
+    choose(
+        c,
+        field::FK,
+        vec![(m.fill_pass.clone(), value(&m.examine) + 1.0 - m.examine[7].clone())],
+    );
+    choose(
+        c,
+        field::FSLOT,
+        vec![
+            (m.miss.clone() + m.fill_pass.clone(), own_slot.clone()),
+            (tk_w2.clone(), lat(latch::OWN_SLOT)),
+        ],
+    );
     let _ = rs2;
 }

@@ -16,17 +16,25 @@
 //! | `n` | slot | runs `slot` (the previous instruction wrote no register) |
 //! | `o` | n0 n1, slot | is a console byte (the host prints it); runs `slot` |
 //! | `t` | cause | reports a trap (mcause) or the exit (cause 9); `w1 w2 w3` with its value follow |
-//! | `w1 w2 w3` | n0..n2 / n3..n5 / n6 n7 wslot | stage a 32-bit word (a byte or halfword store's merged word, a boot RAM word, a trap value); `w3` with a slot commits the store at `wslot` |
-//! | `bw` | bank head row | boot: writes the staged word to RAM |
-//! | `bp` | piece p0 p1 | boot: stages two nibbles of a ROM row |
+//! | `w1 w2 w3` | n0..n2 / n3..n5 / n6 n7 wslot | stage a 32-bit word (a byte or halfword store's merged word, a trap value); `w3` with a slot commits the store at `wslot` |
+//! | `bl` | bank head rhi rlo | boot: writes the staged row (the `bp` pieces) to a RAM line |
+//! | `bp` | piece p0 p1 | boot: stages two nibbles of a ROM row or RAM line |
 //! | `bc` | head rhi rlo | boot: commits the staged ROM row (eight instructions) |
 //! | `xm` | rlo, xslot | as `x`, into millicode row `rlo` (the upper half of ROM row 15·128 + rlo) |
+//! | `fz` | fslot | the store at `fslot` missed the line cache: claims the line's slot, clears it, examines word 0 |
+//! | `fs` | fk, fslot | a line fill skips a zero word: examines word `fk` |
+//! | `f3` | n6 n7, fw, fslot | as `w3`, and the staged word fills word `fw` of the store's line; examines `fw + 1` |
+//! | `rr` | fslot | the line is filled: runs the store at `fslot` again (nothing retired meanwhile) |
 //!
 //! The pc is `ROM_BASE + 32·row + 4·slot`: the row lives in the chip's `pc_base` memory
 //! (written by `x` and `xm`), the slot travels in every token that starts an instruction. Slot 8
 //! means "the next row, slot 0": the pass that consumes it only moves the pc (`x`).
 //! Millicode shares the pcs of the ROM's last head's first rows (see [`super::millicode`]);
 //! `xm` instead of `x` says the pc is in millicode.
+//!
+//! A line fill (see [`super::mem`]) costs two passes, one per zero word and three per
+//! other word (`w1 w2 f3`): a missing store is fetched again by every fill pass (its
+//! slot rides in `fslot`), so each pass knows the line without a memory of its own.
 
 use inband_circuits::{ChipToken, FieldDef, KindDef, TokenSpec};
 
@@ -53,6 +61,9 @@ pub mod field {
     pub const PIECE: usize = 27;
     pub const P0: usize = 28;
     pub const P1: usize = 29;
+    pub const FK: usize = 30;
+    pub const FSLOT: usize = 31;
+    pub const FW: usize = 32;
 }
 
 /// Kind indices (the order of [`spec`]'s kinds).
@@ -69,10 +80,14 @@ pub mod kind {
     pub const W1: usize = 9;
     pub const W2: usize = 10;
     pub const W3: usize = 11;
-    pub const BW: usize = 12;
+    pub const BL: usize = 12;
     pub const BP: usize = 13;
     pub const BC: usize = 14;
     pub const XM: usize = 15;
+    pub const FZ: usize = 16;
+    pub const FS: usize = 17;
+    pub const F3: usize = 18;
+    pub const RR: usize = 19;
 }
 
 /// `mup` values.
@@ -94,8 +109,10 @@ pub const ROM_ROWS: usize = 2048;
 pub const ROW_SLOTS: usize = 8;
 /// Pieces (two nibbles each) that stage one ROM row.
 pub const ROW_PIECES: usize = 32;
-/// RAM banks (one chip layer each) of 16 heads × 128 words.
+/// RAM banks (one chip layer each) of 16 heads × 128 lines.
 pub const RAM_BANKS: usize = 4;
+/// Words per RAM line (one GDN row of a bank).
+pub const LINE_WORDS: usize = 8;
 
 /// The chip's token vocabulary.
 pub fn spec() -> TokenSpec {
@@ -127,6 +144,9 @@ pub fn spec() -> TokenSpec {
         f("piece", ROW_PIECES),
         f("p0", 16),
         f("p1", 16),
+        f("fk", LINE_WORDS),
+        f("fslot", ROW_SLOTS),
+        f("fw", LINE_WORDS),
     ]);
     let k = |name: &str, fields: &[usize]| KindDef {
         name: name.into(),
@@ -146,10 +166,14 @@ pub fn spec() -> TokenSpec {
         k("w1", &[N[0], N[1], N[2]]),
         k("w2", &[N[3], N[4], N[5]]),
         k("w3", &[N[6], N[7], WSLOT]),
-        k("bw", &[BBANK, BHEAD, BRHI, BRLO]),
+        k("bl", &[BBANK, BHEAD, BRHI, BRLO]),
         k("bp", &[PIECE, P0, P1]),
         k("bc", &[HEAD, RHI, RLO]),
         k("xm", &[RLO, XSLOT]),
+        k("fz", &[FSLOT]),
+        k("fs", &[FK, FSLOT]),
+        k("f3", &[N[6], N[7], FW, FSLOT]),
+        k("rr", &[FSLOT]),
     ];
     TokenSpec { fields, kinds }
 }
@@ -191,6 +215,8 @@ mod tests {
             let [h, a, b] = row_digits(r);
             assert_eq!(row_of(h, a, b), r);
         }
-        assert!(s.vocab_size() < 140_000, "{}", s.vocab_size());
+        assert_eq!(s.kinds[kind::RR].name, "rr");
+        assert_eq!(s.fields[field::FSLOT].name, "fslot");
+        assert!(s.vocab_size() < 160_000, "{}", s.vocab_size());
     }
 }
