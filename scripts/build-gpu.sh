@@ -19,7 +19,7 @@ for b in inband weightgen weight-surgery; do
     strip -o ".gpu/bin/$b" "target/release/$b"
 done
 strip -o .gpu/bin/inband_exec "$exec_test"
-for p in firmware/examples/*.c firmware/isa/*.S; do
+for p in firmware/examples/*.c firmware/isa/*.S tests/ram/whole_ram.c; do
     name=$(basename "$p"); name=${name%.*}
     .gpu/bin/inband build "$p" -o ".gpu/elf/$name.elf"
 done

@@ -17,7 +17,7 @@
 #   speed         stock transformers decoding the spliced checkpoint on hello's token stream
 #   examples      every example but Euler #10 on CUDA, output compared with golden's
 #   bench         inband bench --device cuda
-#   verify        ISA tests and the shorter examples under --verify on CUDA
+#   verify        ISA tests, the shorter examples and whole_ram under --verify on CUDA
 #   euler10       Project Euler #10 inside the spliced checkpoint on CUDA, timed
 #   inband        in-band execution in a generation from the spliced checkpoint (VM on
 #                 CUDA): `[C: 847*293]` and Euler #10 as a ```c block, forced tokens
@@ -142,6 +142,7 @@ for section in "${SECTIONS[@]}"; do
         for p in alu_imm alu_rr branch jump memory upper muldiv hello strings int64; do
             step 120 $B/inband run "${V[@]}" --verify --stats $E/$p.elf
         done
+        step 240 $B/inband run "${V[@]}" --verify --stats $E/whole_ram.elf
         ;;
     euler10 | fib)
         vs_golden $section 590 && cat "$W/$section.cuda" >>"$LOG"
