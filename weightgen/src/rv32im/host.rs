@@ -599,13 +599,9 @@ impl<'a> ChipMachine<'a> {
         Ok(regs)
     }
 
-    /// RAM word `index` (0 = RAM_BASE), read from its bank's state.
-    pub fn ram_word(&self, index: usize) -> Result<u32, ChipError> {
-        Ok(self.ram_line(index / LINE_WORDS)?[index % LINE_WORDS])
-    }
-
     /// The eight words of RAM line `line` (0 = RAM_BASE), read from its bank's state:
-    /// word k's nibble j is the level at entry 8k + j, stored as LEVEL_UNIT per level.
+    /// word k's nibble j is the level at entry 8k + j, stored as LEVEL_UNIT per level (an
+    /// entry more than a tenth of a level off is reported, not rounded).
     pub fn ram_line(&self, line: usize) -> Result<[u32; LINE_WORDS], ChipError> {
         let [bank, head, rhi, rlo] = line_digits(line);
         let (layer, first) = self.chip.chip.schedule.memory_place[self.chip.map.ram[bank]];
@@ -615,8 +611,18 @@ impl<'a> ChipMachine<'a> {
         let mut words = [0u32; LINE_WORDS];
         for (k, w) in words.iter_mut().enumerate() {
             for j in 0..8 {
-                let level = (row[8 * k + j] / unit).round().clamp(0.0, 15.0) as u32;
-                *w |= level << (4 * j);
+                let level = row[8 * k + j] / unit;
+                let nearest = level.round().clamp(0.0, 15.0);
+                if (level - nearest).abs() > 0.1 {
+                    return Err(ChipError::Mismatch {
+                        retired: self.counts.retired,
+                        diff: format!(
+                            "RAM word {:#010x}: nibble {j} holds level {level}, not a nibble",
+                            RAM_BASE + 4 * (line * LINE_WORDS + k) as u32
+                        ),
+                    });
+                }
+                *w |= (nearest as u32) << (4 * j);
             }
         }
         Ok(words)

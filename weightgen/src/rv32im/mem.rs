@@ -300,7 +300,9 @@ pub fn build(
         cached.push(oh(&read));
     }
     // A word store or commit whose tag matched writes its line through (`hit` and
-    // `writes_word` are terms of the bank's head AND; a boot `bl` stands in for both).
+    // `writes_word` are terms of the bank's head AND; a boot `bl` stands in for both). A
+    // word store outside RAM writes wherever its address bits point: it traps or exits,
+    // so nothing reads that afterwards.
 
     // The banks. Boot `bl` tokens name the line in their fields and bring the staged row.
     let bl = t.kind(kind::BL);
@@ -329,10 +331,11 @@ pub fn build(
             },
             format!("RAM bank {b}: a line of eight words per row, word k's nibble j (level) at entry 8k+j"),
         );
-        let address = |head: &[Expr], bank: &[Expr], rhi: &[Expr], rlo: &[Expr], kind: &Expr| Address::Factored {
+        // A head element is the AND of the head digit, this bank's digit and `terms`.
+        let address = |head: &[Expr], bank: &[Expr], rhi: &[Expr], rlo: &[Expr], terms: &[Expr]| Address::Factored {
             heads: head
                 .iter()
-                .map(|h| now(all(&[h.clone(), bank[b].clone(), kind.clone()])))
+                .map(|h| now(all(&[&[h.clone(), bank[b].clone()], terms].concat())))
                 .collect(),
             rows: vec![
                 rhi.iter().map(|x| now(x.clone())).collect(),
@@ -342,21 +345,10 @@ pub fn build(
         let entries = (0..8 * LINE_WORDS)
             .map(|e| (e, now(cached[e / 8][e % 8].clone() + f.staged_row[e].clone())))
             .collect();
-        let mut write_address = address(&w_head, &w_bank, &w_rhi, &w_rlo, &(writes_word.clone() + bl.clone()));
-        if let Address::Factored { heads, .. } = &mut write_address {
-            for (h, x) in heads.iter_mut().enumerate() {
-                let cond = all(&[
-                    w_head[h].clone(),
-                    w_bank[b].clone(),
-                    writes_word.clone() + bl.clone(),
-                    hit.clone() + bl.clone(),
-                ]);
-                *x = now(cond);
-            }
-        }
+        let written = [writes_word.clone() + bl.clone(), hit.clone() + bl.clone()];
         c.write(Write {
             memory: mem,
-            address: write_address,
+            address: address(&w_head, &w_bank, &w_rhi, &w_rlo, &written),
             entries,
             enable: writes_word.clone() + bl.clone(),
         });
@@ -375,7 +367,7 @@ pub fn build(
         let read = c.read(
             &format!("ram{b}"),
             mem,
-            address(&head, &bank, &rhi, &rlo, &reads),
+            address(&head, &bank, &rhi, &rlo, std::slice::from_ref(&reads)),
             Some(select),
             outs,
         );
