@@ -52,7 +52,7 @@ fn illegal_instruction_is_one_line() {
 
 #[test]
 fn misaligned_load_traps() {
-    run_trap("misaligned_load.S", "misaligned load from 0x00020001");
+    run_trap("misaligned_load.S", "misaligned load from 0x00040001");
 }
 
 #[test]
@@ -75,7 +75,7 @@ fn ecall_and_ebreak_trap() {
 #[test]
 fn bad_jumps_trap() {
     run_trap("misaligned_jump.S", "(cause 0)");
-    run_trap("fetch_from_ram.S", "instruction fetch outside ROM at pc 0x00020000");
+    run_trap("fetch_from_ram.S", "instruction fetch outside ROM at pc 0x00040000");
 }
 
 #[test]
