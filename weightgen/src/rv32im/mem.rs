@@ -19,8 +19,8 @@
 //!   fills it first: `fz` claims the slot and clears it; every fill pass re-fetches the
 //!   store (its slot rides in the token), reads one word of the line from the bank and
 //!   sends it back up through `w1 w2 f3` (or skips it with `fs` when it is zero); `rr`
-//!   then runs the store again, which now hits. A miss costs 2 passes plus one per zero
-//!   word and three per other word.
+//!   then runs the store again, which now hits. A miss costs 2 passes, plus one per zero
+//!   word but the last and three per other word (9 for a zero line, 26 for a full one).
 //!
 //! The address's digits come straight from the operands (below); the head elements of
 //! an access are ANDs over digits, the bank and the access kind, folded into the key

@@ -32,8 +32,8 @@
 //! Millicode shares the pcs of the ROM's last head's first rows (see [`super::millicode`]);
 //! `xm` instead of `x` says the pc is in millicode.
 //!
-//! A line fill (see [`super::mem`]) costs two passes, one per zero word and three per
-//! other word (`w1 w2 f3`): a missing store is fetched again by every fill pass (its
+//! A line fill (see [`super::mem`]) costs two passes, plus one per zero word but the last
+//! and three per other word (`w1 w2 f3`): a missing store is fetched again by every fill pass (its
 //! slot rides in `fslot`), so each pass knows the line without a memory of its own.
 
 use inband_circuits::{ChipToken, FieldDef, KindDef, TokenSpec};
