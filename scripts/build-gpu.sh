@@ -12,7 +12,7 @@ cargo build --release --features cuda -p inband-host-runtime --bin inband
 cargo build --release -p inband-weightgen --bin weightgen -p inband-model-surgery --bin weight-surgery
 # The test that Qwen's caches stay untouched by in-band execution, built with CUDA so the
 # GPU machine runs its regions there (INBAND_VM_DEVICE=cuda).
-exec_test=$(cargo test --release --features cuda -p inband-host-runtime --test inband_exec --no-run --message-format=json |
+exec_test=$(cargo test --release --features cuda -p inband-tests --test inband_exec --no-run --message-format=json |
     sed -n 's/.*"executable":"\([^"]*inband_exec[^"]*\)".*/\1/p' | tail -1)
 mkdir -p .gpu/bin .gpu/elf
 for b in inband weightgen weight-surgery; do
@@ -41,5 +41,13 @@ for b in "$T/lib/gcc/riscv64-unknown-elf/$version/cc1" "$T/lib/riscv64-unknown-e
 done
 # The CPU engine's chip token stream for hello, which the GPU machine's runs must reproduce.
 mkdir -p .gpu/trace
-target/release/inband run --engine chip --trace .gpu/trace/hello.trace firmware/examples/hello.c >/dev/null
+# A 0.8b chip pack (the GPU machine's checkpoint is spliced from the same weights).
+pack=target/gpu-pack-0.8b
+stamp=$(sha256sum target/release/weightgen | cut -d' ' -f1)
+if [ "$(cat "$pack.stamp" 2>/dev/null)" != "$stamp" ]; then
+    rm -rf "$pack" "$pack.stamp"
+    target/release/weightgen --shape 0.8b --out "$pack"
+    echo "$stamp" >"$pack.stamp"
+fi
+target/release/inband run --engine chip --chip "$pack" --trace .gpu/trace/hello.trace firmware/examples/hello.c >/dev/null
 du -sh .gpu

@@ -22,7 +22,7 @@
 #   inband        in-band execution in a generation from the spliced checkpoint (VM on
 #                 CUDA): `[C: 847*293]` and Euler #10 as a ```c block, forced tokens
 #   fib           fib inside the spliced checkpoint on CUDA
-#   untouched     host-runtime/tests/inband_exec.rs (carried as .gpu/bin/inband_exec), its
+#   untouched     tests/tests/inband_exec.rs (carried as .gpu/bin/inband_exec), its
 #                 code regions on CUDA, Qwen's layers on the CPU then on CUDA: Qwen's caches
 #                 end as if the VM had never run
 set -u
@@ -134,10 +134,10 @@ for section in "${SECTIONS[@]}"; do
         for p in hello strings int64 sort structures fib; do vs_golden $p 300; done
         ;;
     bench)
-        step 200 $B/inband bench --device cuda $E/hello.elf $E/strings.elf $E/int64.elf
+        step 200 $B/inband bench "${M[@]:2}" $E/hello.elf $E/strings.elf $E/int64.elf
         ;;
     verify)
-        V=(--engine chip --device cuda)
+        V=(--engine chip --device cuda --chip "$W/pack")
         [ -d "$W/spliced" ] && V=("${M[@]}")
         for p in alu_imm alu_rr branch jump memory upper muldiv hello strings int64; do
             step 120 $B/inband run "${V[@]}" --verify --stats $E/$p.elf

@@ -2,7 +2,8 @@
 //!
 //! Owns the exact neural circuit IR and its primitives:
 //! - [`expr`]: signals (named residual dimensions) and affine expressions over them;
-//! - [`token`]: the chip token vocabulary (kinds of small one-hot fields);
+//! - [`token`]: the chip token vocabulary (kinds of small one-hot fields), defined by
+//!   the chip's interface crate (`inband-chip`) that the runtime reads packs through;
 //! - [`circuit`]: blocks of SwiGLU neurons, GDN memories with their reads and writes,
 //!   and the outputs that choose the next token;
 //! - [`primitives`]: exact gates, select, compare, add/sub with carry on 32-bit words,
@@ -15,7 +16,7 @@ pub mod circuit;
 pub mod contract;
 pub mod expr;
 pub mod primitives;
-pub mod token;
+pub use inband_chip::token;
 
 pub use circuit::{Address, Block, Circuit, Memory, Neuron, Output, Read, ReadOutput, Source, Target, Write};
 pub use expr::{Delayed, Expr, Range, Signal};

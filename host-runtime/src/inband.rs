@@ -14,8 +14,9 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
+use inband_chip::ChipModel;
 use inband_firmware::{load_elf, Flavor, Toolchain};
-use inband_weightgen::rv32im::host::{ChipEnd, Rv32Chip};
+use inband_golden::RunEnd;
 
 use crate::vm::{self, Device};
 
@@ -92,7 +93,7 @@ impl Execution {
 
 /// Compiles and runs regions in the chip.
 pub struct Executor<'a> {
-    pub chip: &'a Rv32Chip,
+    pub chip: &'a ChipModel,
     pub device: Device,
     /// The RISC-V compiler (None: regions come back as an error line).
     pub toolchain: Option<Toolchain>,
@@ -192,10 +193,10 @@ impl Executor<'_> {
                 execution.forward_passes = run.counts.passes;
                 let out = String::from_utf8_lossy(&console).into_owned();
                 match run.end {
-                    ChipEnd::Exited(0) => out,
-                    ChipEnd::Exited(code) => format!("{out}{}exit code {code}", sep(&out)),
-                    ChipEnd::Trapped(trap) => format!("{out}{}error: {trap}", sep(&out)),
-                    ChipEnd::BudgetExhausted { .. } => format!(
+                    RunEnd::Exited(0) => out,
+                    RunEnd::Exited(code) => format!("{out}{}exit code {code}", sep(&out)),
+                    RunEnd::Trapped(trap) => format!("{out}{}error: {trap}", sep(&out)),
+                    RunEnd::BudgetExhausted { .. } => format!(
                         "{out}{}error: instruction budget exhausted ({} instructions)",
                         sep(&out),
                         self.budget

@@ -6,15 +6,11 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use inband_chip::rv32im::machine::ChipError;
 use inband_firmware::{Flavor, Toolchain};
 use inband_golden::{Environment, Machine, RunEnd};
+use inband_host_runtime::vm::ChipSource;
 use inband_host_runtime::{program, status, vm};
-use inband_qwen35::presets::Shape;
-use inband_weightgen::rv32im::host::{ChipEnd, ChipError};
-
-fn parse_shape(s: &str) -> Result<Shape, String> {
-    Shape::parse(s).ok_or_else(|| format!("unknown shape {s:?} (tiny, 0.8b, 2b, 4b, 9b)"))
-}
 
 #[derive(Parser)]
 #[command(
@@ -78,7 +74,8 @@ enum Command {
         where E is the program's exit code, or 'trap' or 'budget'.\n\n\
         68  (--verify) the chip and the golden reference disagreed\n\n\
         Examples:\n  inband run --engine golden --stats firmware/examples/euler10.c\n  \
-        inband run --engine chip --verify --stats firmware/examples/hello.c")]
+        inband run --engine chip --model spliced --verify --stats firmware/examples/hello.c\n  \
+        inband run --engine chip --chip pack firmware/examples/hello.c   (a pack from `weightgen --out pack`)")]
     Run {
         /// The program: C/assembly source or RV32IM ELF.
         program: PathBuf,
@@ -96,12 +93,13 @@ enum Command {
         /// stop at the first difference with a readable diff.
         #[arg(long)]
         verify: bool,
-        /// (chip) The Qwen3.5 shape the chip layers are compiled for (without --model).
-        #[arg(long, default_value = "0.8b", value_parser = parse_shape)]
-        shape: Shape,
         /// (chip) Run the chip layers of this spliced checkpoint (made by `weight-surgery splice`).
         #[arg(long)]
         model: Option<PathBuf>,
+        /// (chip) Run the chip layers of this chip pack (made by `weightgen --out PACK`)
+        /// instead of a checkpoint's.
+        #[arg(long, conflicts_with = "model")]
+        chip: Option<PathBuf>,
         /// (chip) Where the chip layers run: cpu, or cuda[:N] (needs a CUDA build).
         #[arg(long, default_value = "cpu", value_parser = vm::Device::parse)]
         device: vm::Device,
@@ -150,7 +148,7 @@ enum Command {
     /// VM speed: run a set of programs in the chip and print steps/s, instructions/s and
     /// forward passes per instruction as a table.
     #[command(
-        after_help = "Examples:\n  inband bench\n  inband bench --device cuda --model spliced hello.elf sort.elf\n\n\
+        after_help = "Examples:\n  inband bench --chip pack\n  inband bench --device cuda --model spliced hello.elf sort.elf\n\n\
         Without programs: firmware/examples/{hello,strings,int64}.c. Each program's output is\n\
         compared with the golden engine's; a difference fails the bench."
     )]
@@ -160,12 +158,12 @@ enum Command {
         /// Where the chip layers run: cpu, or cuda[:N] (needs a CUDA build).
         #[arg(long, default_value = "cpu", value_parser = vm::Device::parse)]
         device: vm::Device,
-        /// The Qwen3.5 shape the chip layers are compiled for (without --model).
-        #[arg(long, default_value = "0.8b", value_parser = parse_shape)]
-        shape: Shape,
         /// Run the chip layers of this spliced checkpoint.
         #[arg(long)]
         model: Option<PathBuf>,
+        /// Run the chip layers of this chip pack (made by `weightgen`) instead.
+        #[arg(long, conflicts_with = "model")]
+        chip: Option<PathBuf>,
         /// Toolchain folder holding bin/riscv64-unknown-elf-gcc (default: $INBAND_TOOLCHAIN or PATH).
         #[arg(long)]
         toolchain: Option<PathBuf>,
@@ -255,8 +253,8 @@ fn main() -> ExitCode {
             stats,
             max_instructions,
             verify,
-            shape,
             model,
+            chip,
             device,
             trace,
             toolchain,
@@ -271,9 +269,9 @@ fn main() -> ExitCode {
             match engine {
                 Engine::Golden => run_golden(&image, stats, max_instructions),
                 Engine::Chip => {
-                    let source = match &model {
-                        Some(dir) => ChipSource::Checkpoint(dir.clone()),
-                        None => ChipSource::Shape(shape),
+                    let Some(source) = ChipSource::from_options(model.as_deref(), chip.as_deref()) else {
+                        report(NO_CHIP);
+                        return ExitCode::from(status::BUILD_OR_LOAD_FAILED);
                     };
                     run_chip(
                         &image,
@@ -311,13 +309,13 @@ fn main() -> ExitCode {
         Command::Bench {
             programs,
             device,
-            shape,
             model,
+            chip,
             toolchain,
         } => {
-            let source = match &model {
-                Some(dir) => ChipSource::Checkpoint(dir.clone()),
-                None => ChipSource::Shape(shape),
+            let Some(source) = ChipSource::from_options(model.as_deref(), chip.as_deref()) else {
+                report(NO_CHIP);
+                return ExitCode::FAILURE;
             };
             match bench(&programs, &source, device, toolchain.as_deref()) {
                 Ok(()) => ExitCode::SUCCESS,
@@ -334,7 +332,7 @@ fn main() -> ExitCode {
 struct TextSession<'a> {
     options: &'a GenerateOptions,
     model: inband_host_runtime::text::TextModel,
-    chip: Option<inband_weightgen::rv32im::host::Rv32Chip>,
+    chip: Option<inband_chip::ChipModel>,
 }
 
 impl<'a> TextSession<'a> {
@@ -439,10 +437,7 @@ fn bench(
         .map(|p| PathBuf::from(format!("firmware/examples/{p}.c")))
         .collect();
     let programs = if programs.is_empty() { &defaults[..] } else { programs };
-    let chip = match source {
-        ChipSource::Shape(shape) => vm::build_chip(&shape.config())?,
-        ChipSource::Checkpoint(dir) => inband_host_runtime::spliced::SplicedModel::open(dir)?.chip()?,
-    };
+    let chip = source.open()?;
     println!("| program | device | instructions | forward passes | passes/instruction | steps/s | instructions/s |");
     println!("|---|---|---|---|---|---|---|");
     for path in programs {
@@ -454,7 +449,7 @@ fn bench(
         if console != golden.console {
             anyhow::bail!("{}: the chip's output differs from the golden engine's", path.display());
         }
-        if !matches!((&run.end, &golden_end), (ChipEnd::Exited(a), RunEnd::Exited(b)) if a == b) {
+        if !matches!((&run.end, &golden_end), (RunEnd::Exited(a), RunEnd::Exited(b)) if a == b) {
             anyhow::bail!(
                 "{}: the chip ended with {:?}, golden with {:?}",
                 path.display(),
@@ -531,13 +526,9 @@ fn run_golden(image: &inband_firmware::ProgramImage, stats: bool, budget: u64) -
     code
 }
 
-/// Where the chip layers come from.
-enum ChipSource {
-    /// Compiled here for a shape.
-    Shape(Shape),
-    /// Read from a spliced checkpoint.
-    Checkpoint(PathBuf),
-}
+/// What `run --engine chip` and `bench` say when given no chip.
+const NO_CHIP: &str = "the chip engine runs the chip layers of a spliced checkpoint (--model DIR, made by \
+    `weight-surgery splice`) or of a chip pack (--chip DIR, made by `weightgen --shape 0.8b --out DIR`)";
 
 fn run_chip(
     image: &inband_firmware::ProgramImage,
@@ -548,11 +539,7 @@ fn run_chip(
     verify: bool,
     trace: Option<&std::path::Path>,
 ) -> ExitCode {
-    let chip = match source {
-        ChipSource::Shape(shape) => vm::build_chip(&shape.config()),
-        ChipSource::Checkpoint(dir) => inband_host_runtime::spliced::SplicedModel::open(dir).and_then(|m| m.chip()),
-    };
-    let chip = match chip {
+    let chip = match source.open() {
         Ok(chip) => chip,
         Err(e) => {
             report_error(&e);
@@ -571,14 +558,7 @@ fn run_chip(
             return ExitCode::from(status::BUILD_OR_LOAD_FAILED);
         }
     };
-    let (code, exit_text) = end_status(
-        match run.end {
-            ChipEnd::Exited(code) => RunEnd::Exited(code),
-            ChipEnd::Trapped(trap) => RunEnd::Trapped(trap),
-            ChipEnd::BudgetExhausted { pc } => RunEnd::BudgetExhausted { pc },
-        },
-        budget,
-    );
+    let (code, exit_text) = end_status(run.end, budget);
     if stats {
         let c = run.counts;
         eprintln!(

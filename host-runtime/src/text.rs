@@ -10,7 +10,7 @@ use std::path::Path;
 
 use anyhow::{bail, Context};
 use candle_core::Device;
-use inband_model_surgery::strip::Unsplicer;
+use inband_chip::base_view::BaseView as SplicedBase;
 use inband_qwen35::checkpoint::{to_f32, Checkpoint};
 use inband_qwen35::dense::DenseState;
 use inband_qwen35::model::{DenseModel, ModelState};
@@ -21,7 +21,7 @@ use tokenizers::Tokenizer;
 use crate::inband::{Execution, Executor, Region};
 
 /// The base model's tensors as stored inside a spliced checkpoint.
-struct BaseView(Unsplicer);
+struct BaseView(SplicedBase);
 
 impl TensorSource for BaseView {
     fn tensor(&self, name: &str) -> Result<Array, WeightError> {
@@ -160,7 +160,7 @@ impl TextModel {
         let base_view;
         let (config, prefix, source): (_, _, &dyn TensorSource) = if spliced {
             let opened = crate::spliced::SplicedModel::open(dir)?;
-            base_view = BaseView(Unsplicer::open(dir).map_err(anyhow::Error::msg)?);
+            base_view = BaseView(SplicedBase::open(dir)?);
             (opened.base, opened.section.text_prefix, &base_view)
         } else {
             (

@@ -3,16 +3,16 @@
 
 use std::cell::RefCell;
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
 use std::rc::Rc;
 use std::time::Instant;
 
-use inband_circuits::{ChipToken, TokenSpec};
+use inband_chip::rv32im::machine::{ChipError, ChipMachine, RunCounts};
+use inband_chip::{ChipModel, ChipRunner, ChipToken, PassEngine, TokenSpec};
 use inband_firmware::ProgramImage;
-use inband_golden::{Environment, Machine};
-use inband_qwen35::TextConfig;
-use inband_weightgen::rv32im::host::{ChipEnd, ChipError, ChipMachine, PassEngine, RunCounts, Rv32Chip};
-use inband_weightgen::{ChipRunner, MathPath};
+use inband_golden::{Environment, Machine, RunEnd};
 
 /// Where the chip layers run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,15 +38,42 @@ impl Device {
     }
 }
 
+/// Where a chip comes from.
+#[derive(Debug, Clone)]
+pub enum ChipSource {
+    /// The chip layers of a spliced checkpoint (made by `weight-surgery splice`).
+    Checkpoint(PathBuf),
+    /// A chip pack (made by `weightgen`).
+    Pack(PathBuf),
+}
+
+impl ChipSource {
+    /// The checkpoint if given, else the pack; None when neither is.
+    pub fn from_options(model: Option<&Path>, chip: Option<&Path>) -> Option<Self> {
+        match (model, chip) {
+            (Some(dir), _) => Some(Self::Checkpoint(dir.to_path_buf())),
+            (None, Some(dir)) => Some(Self::Pack(dir.to_path_buf())),
+            (None, None) => None,
+        }
+    }
+
+    /// Opens the chip: reads the manifest and the chip layers (nothing is compiled).
+    pub fn open(&self) -> anyhow::Result<ChipModel> {
+        match self {
+            Self::Checkpoint(dir) => crate::spliced::SplicedModel::open(dir)?.chip(),
+            Self::Pack(dir) => {
+                ChipModel::from_pack(dir).with_context(|| format!("cannot open the chip pack {}", dir.display()))
+            }
+        }
+    }
+}
+
 /// A pass engine for `chip` on `device`.
-pub fn engine<'a>(chip: &'a Rv32Chip, device: Device) -> anyhow::Result<Box<dyn PassEngine + 'a>> {
+pub fn engine<'a>(chip: &'a ChipModel, device: Device) -> anyhow::Result<Box<dyn PassEngine + 'a>> {
     match device {
-        Device::Cpu => Ok(Box::new(ChipRunner::new(
-            &chip.chip,
-            MathPath::Sparse(Default::default()),
-        )?)),
+        Device::Cpu => Ok(Box::new(ChipRunner::new(chip)?)),
         #[cfg(feature = "cuda")]
-        Device::Cuda(ordinal) => Ok(Box::new(crate::gpu::GpuChip::new(&chip.chip, ordinal)?)),
+        Device::Cuda(ordinal) => Ok(Box::new(crate::gpu::GpuChip::new(chip, ordinal)?)),
         #[cfg(not(feature = "cuda"))]
         Device::Cuda(_) => anyhow::bail!(
             "this inband was built without CUDA support: build it with `scripts/build-gpu.sh` (cargo feature `cuda`)"
@@ -98,7 +125,7 @@ fn write_trace(path: &Path, trace: &[(u32, u32)]) -> std::io::Result<()> {
 
 /// What a VM run reports.
 pub struct VmRun {
-    pub end: ChipEnd,
+    pub end: RunEnd,
     pub counts: RunCounts,
     /// Seconds spent after boot.
     pub run_seconds: f64,
@@ -108,17 +135,12 @@ pub struct VmRun {
 /// Instructions between console flushes.
 const CHUNK: u64 = 1 << 14;
 
-/// Compiles the chip for `base` (the CPU engine's own copy of the chip layers).
-pub fn build_chip(base: &TextConfig) -> anyhow::Result<Rv32Chip> {
-    Ok(Rv32Chip::build(base)?)
-}
-
 /// Boots `image` in `chip` on `device` and runs it for at most `budget` retired
 /// instructions, writing console bytes to `out` as they appear. With `verify`, every
 /// retired instruction is checked against the golden reference. With `trace`, every
 /// forward pass's input and chosen token ids are written there (boot included).
 pub fn run(
-    chip: &Rv32Chip,
+    chip: &ChipModel,
     device: Device,
     image: &ProgramImage,
     budget: u64,
@@ -132,7 +154,7 @@ pub fn run(
     if trace.is_some() {
         engine = Box::new(Tracing {
             inner: engine,
-            tokens: chip.chip.circuit.tokens.clone(),
+            tokens: chip.spec.tokens.clone(),
             trace: recorded.clone(),
         });
     }
@@ -148,7 +170,7 @@ pub fn run(
         let _ = out.flush();
         printed = machine.console.len();
         match result? {
-            ChipEnd::BudgetExhausted { .. } if machine.counts.retired < budget => continue,
+            RunEnd::BudgetExhausted { .. } if machine.counts.retired < budget => continue,
             end => break end,
         }
     };

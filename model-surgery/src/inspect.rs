@@ -6,9 +6,9 @@ use inband_qwen35::config::LayerType;
 use inband_qwen35::presets::Shape;
 use inband_qwen35::TextConfig;
 
-use crate::geometry::InbandSection;
-use crate::st_read::TensorFiles;
 use crate::{read_json, SurgeryError};
+use inband_chip::spliced::InbandSection;
+use inband_chip::tensor_files::TensorFiles;
 
 fn gib(bytes: u64) -> String {
     if bytes >= 1 << 30 {

@@ -7,16 +7,15 @@
 //!   tokenizer, config.json updated with an `inband` section);
 //! - [`strip`]: the base recovered bit for bit;
 //! - [`inspect`] and [`verify`]: what a checkpoint is, and whether it is intact;
-//! - [`st`] / [`st_read`]: streaming safetensors I/O (memory stays far below checkpoint size).
+//! - [`st`]: streaming safetensors writing (reading is `inband_chip::tensor_files`, the one
+//!   validating reader of every tool; the spliced layout is `inband_chip::spliced`).
 //!
 //! Every command writes into a sibling staging folder and renames it into place, so an
 //! interrupted run never leaves something that looks complete, and never modifies its inputs.
 
-pub mod geometry;
 pub mod inspect;
 pub mod splice;
 pub mod st;
-pub mod st_read;
 pub mod strip;
 pub mod synth;
 pub mod tokenizer;
@@ -24,6 +23,7 @@ pub mod verify;
 
 use std::path::{Path, PathBuf};
 
+use inband_chip::tensor_files::ReadError;
 use thiserror::Error;
 
 #[derive(Debug, Error)]
@@ -35,13 +35,22 @@ pub enum SurgeryError {
     #[error(transparent)]
     Config(#[from] inband_qwen35::config::ConfigError),
     #[error(transparent)]
-    Pack(#[from] inband_weightgen::pack::PackError),
+    Pack(#[from] inband_chip::pack::PackError),
     #[error(transparent)]
     Write(#[from] st::WriteError),
     #[error("{0} already exists; choose a new output folder (weight-surgery never overwrites)")]
     OutputExists(PathBuf),
     #[error("verification failed: {0}")]
     Mismatch(String),
+}
+
+impl From<ReadError> for SurgeryError {
+    fn from(e: ReadError) -> Self {
+        match e {
+            ReadError::Io { path, source } => SurgeryError::Io { path, source },
+            ReadError::Invalid(m) => SurgeryError::Invalid(m),
+        }
+    }
 }
 
 /// Runs `fill` on a fresh staging folder beside `out`, then renames it to `out`.

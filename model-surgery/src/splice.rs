@@ -13,19 +13,19 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::Path;
 
+use inband_chip::pack::{self, residual_axis, Manifest, ResidualAxis};
 use inband_qwen35::checkpoint::INDEX_FILE;
 use inband_qwen35::config::{LayerType, TextConfig};
-use inband_weightgen::pack::{self, residual_axis, Manifest, ResidualAxis};
 use safetensors::Dtype;
 use sha2::{Digest, Sha256};
 
-use crate::geometry::{
+use crate::st::{self, PlannedTensor, WriteError};
+use crate::{atomic_dir, read_json, SurgeryError};
+use inband_chip::spliced::{
     classify, is_residual_norm, spliced_shape, BaseShape, InbandSection, TextTensor, BASE_FILES, BASE_NORMS,
     CHIP_FILES, CHIP_SHARD, SECTION_VERSION,
 };
-use crate::st::{self, PlannedTensor, WriteError};
-use crate::st_read::TensorFiles;
-use crate::{atomic_dir, read_json, SurgeryError};
+use inband_chip::tensor_files::TensorFiles;
 
 /// What goes into one output tensor.
 #[derive(Debug, Clone)]
@@ -230,7 +230,7 @@ fn io_err(name: &str) -> impl Fn(std::io::Error) -> WriteError + '_ {
     }
 }
 
-fn surgery_to_write(e: SurgeryError) -> WriteError {
+fn surgery_to_write(e: impl std::fmt::Display) -> WriteError {
     WriteError::Source(e.to_string())
 }
 

@@ -1,6 +1,7 @@
 //! verify: is a checkpoint intact? Its structure against its config, a chip's tensors
-//! against the hashes recorded at splice time, and (given the base) every original
-//! tensor recoverable bit for bit.
+//! against the hashes recorded at splice time, the chip against what this `weightgen`
+//! compiles (layers, token rows and manifest, bit for bit), and (given the base) every
+//! original tensor recoverable bit for bit.
 
 use std::io::Write;
 use std::path::Path;
@@ -9,9 +10,14 @@ use inband_qwen35::weights::DecoderLayer;
 use inband_qwen35::TextConfig;
 use sha2::{Digest, Sha256};
 
-use crate::geometry::{InbandSection, BASE_FILES, BASE_NORMS, CHIP_FILES};
-use crate::st_read::{TensorEntry, TensorFiles};
-use crate::strip::Unsplicer;
+use inband_chip::base_view::BaseView;
+use inband_chip::pack::{Manifest, MANIFEST_FILE};
+use inband_chip::spliced::{InbandSection, BASE_FILES, BASE_NORMS, CHIP_FILES};
+use inband_chip::tensor_files::{TensorEntry, TensorFiles};
+use inband_chip::ChipToken;
+use inband_weightgen::emit::Chip;
+use inband_weightgen::{compile, rv32im, target_of, toy};
+
 use crate::{read_json, SurgeryError};
 
 fn mismatch(m: impl Into<String>) -> SurgeryError {
@@ -119,8 +125,8 @@ pub fn verify(
             section.chip,
             section.chip_tensors.len()
         ));
-        let manifest_path = dir.join(CHIP_FILES).join(inband_weightgen::pack::MANIFEST_FILE);
-        let saved: inband_weightgen::pack::Manifest = serde_json::from_value(read_json(&manifest_path)?)
+        let manifest_path = dir.join(CHIP_FILES).join(MANIFEST_FILE);
+        let saved: Manifest = serde_json::from_value(read_json(&manifest_path)?)
             .map_err(|e| mismatch(format!("{}: {e}", manifest_path.display())))?;
         if saved != section.manifest {
             return Err(mismatch(
@@ -128,6 +134,7 @@ pub fn verify(
             ));
         }
         lines.push("chip manifest: the copy in inband/chip matches config.json".into());
+        lines.push(check_chip_is_compiled(&files, section, &config, arch.text_prefix())?);
         if !dir.join(BASE_NORMS).is_file() {
             return Err(mismatch(format!(
                 "{BASE_NORMS} is missing: the base cannot be recovered"
@@ -140,7 +147,7 @@ pub fn verify(
     if let Some(base_dir) = base {
         let section = section.ok_or_else(|| mismatch("--base given but the checkpoint holds no chip"))?;
         let base_files = TensorFiles::open(base_dir)?;
-        let unsplicer = Unsplicer::open(dir)?;
+        let unsplicer = BaseView::open(dir)?;
         let base_names: Vec<&String> = base_files.tensors.keys().collect();
         let recovered: Vec<&String> = unsplicer.base_tensors.keys().collect();
         if base_names != recovered {
@@ -203,4 +210,136 @@ pub fn verify(
         ));
     }
     Ok(lines)
+}
+
+/// Compiles the checkpoint's chip with this `weightgen` for the checkpoint's base config
+/// and compares it with the checkpoint, bit for bit: the manifest, every chip-layer
+/// tensor and every chip token's embedding row. The runtime trusts the manifest and
+/// reads the layers as they are; this is where a chip is checked against its compiler.
+fn check_chip_is_compiled(
+    files: &TensorFiles,
+    section: &InbandSection,
+    spliced: &TextConfig,
+    prefix: &str,
+) -> Result<String, SurgeryError> {
+    let mut base = spliced.clone();
+    base.hidden_size = section.base.hidden_size;
+    base.num_hidden_layers = section.base.num_hidden_layers;
+    base.layer_types = section.base.layer_types.clone();
+    base.vocab_size = section.base.vocab_size;
+    let unbuilt = |e: String| {
+        mismatch(format!(
+            "this weightgen cannot compile the {:?} chip for this base: {e}",
+            section.chip
+        ))
+    };
+    let (chip, host_map): (Chip, _) = match section.chip.as_str() {
+        "rv32im" => {
+            let c = rv32im::Rv32Chip::build(&base).map_err(|e| unbuilt(e.to_string()))?;
+            let map = c.host_map();
+            (c.chip, Some(map))
+        }
+        "acc8" => (
+            compile(&toy::circuit(target_of(&base)), &base).map_err(|e| unbuilt(e.to_string()))?,
+            None,
+        ),
+        other => {
+            return Err(mismatch(format!(
+                "unknown chip {other:?}: this weightgen compiles rv32im and acc8"
+            )))
+        }
+    };
+    let what = format!("the {} chip this weightgen compiles", section.chip);
+    let m = &section.manifest;
+    let dtype = if m.dtype == "BF16" {
+        safetensors::Dtype::BF16
+    } else {
+        safetensors::Dtype::F32
+    };
+    let expected = inband_weightgen::pack::manifest_of(&chip, host_map, dtype, m.files.clone());
+    if expected != *m {
+        return Err(mismatch(format!(
+            "the checkpoint's chip manifest differs from {what}: {}",
+            first_difference(m, &expected)
+        )));
+    }
+    let mut compared = 0;
+    for (l, layer) in chip.layers.iter().enumerate() {
+        for (name, want) in layer.named_tensors() {
+            let full = format!("{prefix}layers.{l}.{name}");
+            let have = files.f32s(&full)?;
+            if let Some(i) = (0..want.data.len().max(have.len()))
+                .find(|&i| have.get(i).map(|v| v.to_bits()) != want.data.get(i).map(|v| v.to_bits()))
+            {
+                return Err(mismatch(format!(
+                    "chip layer {l}'s {name} differs from {what} (first at element {i})"
+                )));
+            }
+            compared += 1;
+        }
+    }
+    let rows = check_token_rows(files, section, &chip, prefix, &what)?;
+    Ok(format!(
+        "chip: manifest, {compared} layer tensors and {rows} token embedding rows are bit for bit {what}"
+    ))
+}
+
+/// Every chip token's embedding row must be the chip's: base dims zero, chip dims its
+/// embedding. Read in bounded chunks (the chip's rows of a 9b embedding are GBs).
+fn check_token_rows(
+    files: &TensorFiles,
+    section: &InbandSection,
+    chip: &Chip,
+    prefix: &str,
+    what: &str,
+) -> Result<usize, SurgeryError> {
+    let spec = chip.spec();
+    let entry = files.get(&format!("{prefix}embed_tokens.weight"))?;
+    let width = spec.width();
+    let (offset, vocab) = (section.chip_token_offset, spec.tokens.vocab_size());
+    if entry.shape.len() != 2 || entry.shape[1] != width || entry.shape[0] < offset + vocab {
+        return Err(mismatch(format!(
+            "the embedding {:?} cannot hold the chip's {vocab} tokens of width {width}",
+            entry.shape
+        )));
+    }
+    let row_bytes = (entry.end - entry.start) / entry.shape[0] as u64;
+    let batch = ((16 << 20) / row_bytes.max(1)).max(1) as usize;
+    let mut buf = Vec::new();
+    let mut id = 0;
+    while id < vocab {
+        let count = batch.min(vocab - id);
+        let from = (offset + id) as u64 * row_bytes;
+        files.read(entry, from, from + count as u64 * row_bytes, &mut buf)?;
+        let values =
+            inband_qwen35::checkpoint::to_f32(entry.dtype, &buf).map_err(|e| mismatch(format!("embedding: {e}")))?;
+        for (k, row) in values.chunks(width).enumerate() {
+            let token: ChipToken = spec.tokens.decode(id + k).expect("in range");
+            let want = spec.residual(&token);
+            if row.iter().zip(&want).any(|(a, b)| a.to_bits() != b.to_bits()) {
+                return Err(mismatch(format!(
+                    "the embedding row of chip token {} ({token:?}) differs from {what}",
+                    id + k
+                )));
+            }
+        }
+        id += count;
+    }
+    Ok(vocab)
+}
+
+/// The first top-level manifest field that differs, named.
+fn first_difference(have: &Manifest, want: &Manifest) -> String {
+    let (a, b) = (
+        serde_json::to_value(have).unwrap_or_default(),
+        serde_json::to_value(want).unwrap_or_default(),
+    );
+    if let (Some(a), Some(b)) = (a.as_object(), b.as_object()) {
+        for (key, value) in b {
+            if a.get(key) != Some(value) {
+                return format!("field {key:?}");
+            }
+        }
+    }
+    "a field".into()
 }

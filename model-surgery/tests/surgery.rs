@@ -4,17 +4,18 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use inband_model_surgery::st_read::TensorFiles;
+use inband_chip::tensor_files::TensorFiles;
 use inband_model_surgery::{splice, strip, synth, verify};
 use inband_qwen35::presets::Shape;
 use inband_weightgen::{compile, pack, target_of, toy};
+use sha2::{Digest, Sha256};
 
 const SURGERY: &str = env!("CARGO_BIN_EXE_weight-surgery");
 
 fn make_pack(shape: Shape, dir: &Path) {
     let base = shape.config();
     let chip = compile(&toy::circuit(target_of(&base)), &base).unwrap();
-    pack::write_pack(&chip, dir, &|_| {}).unwrap();
+    pack::write_pack(&chip, None, dir, &|_| {}).unwrap();
 }
 
 fn make_base(shape: Shape, dir: &Path, text_only: bool) {
@@ -77,6 +78,53 @@ fn round_trip(shape: Shape, text_only: bool) {
     let t = tokenizers::Tokenizer::from_file(spliced.join("tokenizer.json")).unwrap();
     let id = t.token_to_id("<|inband:step:0.0.0|>").unwrap() as usize;
     assert_eq!(id, shape.config().vocab_size);
+}
+
+/// A chip whose tensors match the hashes recorded at splice time but not what this
+/// weightgen compiles (as a checkpoint spliced by another version would be): verify
+/// refuses it with one line naming the tensor.
+#[test]
+fn verify_refuses_a_chip_this_weightgen_does_not_compile() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (base, pack_dir, spliced) = (
+        tmp.path().join("base"),
+        tmp.path().join("pack"),
+        tmp.path().join("spliced"),
+    );
+    make_base(Shape::Tiny, &base, true);
+    make_pack(Shape::Tiny, &pack_dir);
+    splice::splice(&base, &pack_dir, &spliced, &mut |_, _| {}).unwrap();
+    let checks = verify::verify(&spliced, None, &mut |_, _| {}).unwrap();
+    assert!(
+        checks.iter().any(|l| l.contains("this weightgen compiles")),
+        "{checks:?}"
+    );
+
+    let files = TensorFiles::open(&spliced).unwrap();
+    let name = files
+        .tensors
+        .keys()
+        .find(|n| n.ends_with("layers.1.linear_attn.A_log"))
+        .unwrap()
+        .clone();
+    let entry = files.tensors[&name].clone();
+    let path = files.files[entry.file].0.clone();
+    drop(files);
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[entry.start as usize] ^= 1;
+    std::fs::write(&path, &bytes).unwrap();
+    let digest = format!("{:x}", Sha256::digest(&bytes[entry.start as usize..entry.end as usize]));
+    let config_path = spliced.join("config.json");
+    let mut config: serde_json::Value = serde_json::from_slice(&std::fs::read(&config_path).unwrap()).unwrap();
+    config["inband"]["chip_tensors"][&name] = serde_json::Value::String(digest);
+    std::fs::write(&config_path, serde_json::to_vec_pretty(&config).unwrap()).unwrap();
+
+    let err = verify::verify(&spliced, None, &mut |_, _| {}).unwrap_err().to_string();
+    assert!(
+        err.contains("chip layer 1's linear_attn.A_log differs from the acc8 chip this weightgen compiles"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
 }
 
 #[test]

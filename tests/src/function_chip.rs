@@ -1,14 +1,18 @@
 //! Compiling a pure function (token fields in, token fields out) into chip layers and
 //! evaluating it, to test circuit primitives through the real layer math.
 
+use inband_chip::{ChipModel, ChipRunner, MathPath};
 use inband_circuits::{ChipToken, Circuit, Expr, FieldDef, KindDef, TokenSpec};
 use inband_qwen35::presets::Shape;
 use inband_qwen35::sparse::SumOrder;
-use inband_weightgen::{compile, target_of, Chip, ChipRunner, MathPath};
+use inband_weightgen::{compile, target_of, Chip};
 
 /// A compiled function of small integer inputs.
 pub struct FunctionChip {
     pub chip: Chip,
+    /// The chip on the sparse path, summing forward and in reverse.
+    forward: ChipModel,
+    reverse: ChipModel,
     inputs: usize,
 }
 
@@ -59,7 +63,10 @@ impl FunctionChip {
             .collect();
         inband_weightgen::emit::standard_outputs(&mut c, 1, &outs);
         let chip = compile(&c, &base).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let model = |order| chip.model(None, MathPath::Sparse(order)).unwrap();
         Self {
+            forward: model(SumOrder::Forward),
+            reverse: model(SumOrder::Reverse),
             chip,
             inputs: inputs.len(),
         }
@@ -67,7 +74,11 @@ impl FunctionChip {
 
     /// A runner on the sparse path (pure functions keep no state worth resetting).
     pub fn runner(&self, order: SumOrder) -> ChipRunner<'_> {
-        ChipRunner::new(&self.chip, MathPath::Sparse(order)).unwrap()
+        let model = match order {
+            SumOrder::Forward => &self.forward,
+            SumOrder::Reverse => &self.reverse,
+        };
+        ChipRunner::new(model).unwrap()
     }
 
     /// Evaluates one input tuple.

@@ -6,17 +6,23 @@
 use std::path::Path;
 use std::sync::OnceLock;
 
-use inband_circuits::ChipToken;
+use inband_chip::rv32im::machine::{boot_tokens_with, ChipMachine, RunCounts};
+use inband_chip::{ChipModel, ChipRunner, ChipToken, MathPath, PassEngine};
 use inband_firmware::{load_elf, Flavor, ProgramImage};
 use inband_golden::{Environment, Machine, RunEnd};
 use inband_qwen35::presets::Shape;
 use inband_tests::{build, corpus, fuzz, program_name};
-use inband_weightgen::rv32im::host::{boot_tokens_with, ChipEnd, ChipMachine, PassEngine, RunCounts, Rv32Chip};
-use inband_weightgen::{ChipRunner, MathPath};
+use inband_weightgen::rv32im::Rv32Chip;
 
-fn chip() -> &'static Rv32Chip {
-    static CHIP: OnceLock<Rv32Chip> = OnceLock::new();
-    CHIP.get_or_init(|| Rv32Chip::build(&Shape::Qwen0_8b.config()).expect("the chip compiles"))
+/// The chip compiled for the 0.8b shape, as a host drives it (sparse path).
+fn chip() -> &'static ChipModel {
+    static CHIP: OnceLock<ChipModel> = OnceLock::new();
+    CHIP.get_or_init(|| {
+        Rv32Chip::build(&Shape::Qwen0_8b.config())
+            .expect("the chip compiles")
+            .model(MathPath::Sparse(Default::default()))
+            .expect("the chip's sparse layers")
+    })
 }
 
 fn image_of(source: &Path) -> ProgramImage {
@@ -26,9 +32,9 @@ fn image_of(source: &Path) -> ProgramImage {
 }
 
 /// Runs `image` on the chip in lockstep with golden; returns how it ended and the counts.
-fn lockstep(name: &str, image: &ProgramImage, budget: u64) -> (ChipEnd, RunCounts, Vec<u8>) {
+fn lockstep(name: &str, image: &ProgramImage, budget: u64) -> (RunEnd, RunCounts, Vec<u8>) {
     let mut golden = Machine::new(image, Environment::BareMetal);
-    let mut machine = ChipMachine::boot(chip(), image, MathPath::Sparse(Default::default())).unwrap();
+    let mut machine = ChipMachine::boot(chip(), image).unwrap();
     let end = machine
         .run(budget, Some(&mut golden))
         .unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -57,7 +63,7 @@ fn whole(name: &str) -> f64 {
     let RunEnd::Exited(code) = want else {
         panic!("{name}: golden did not exit: {want:?}")
     };
-    assert_eq!(end, ChipEnd::Exited(code), "{name}");
+    assert_eq!(end, RunEnd::Exited(code), "{name}");
     assert_eq!(chip_console, console, "{name}");
     let ratio = counts.passes as f64 / counts.retired as f64;
     eprintln!(
@@ -148,12 +154,12 @@ fn euler10() {
 fn chip_size_and_capacity() {
     use inband_firmware::memory_map::RAM_SIZE;
     use inband_weightgen::rv32im::tokens::{LINE_WORDS, RAM_BANKS};
-    let layers = chip().chip.layers.len();
+    let layers = chip().layer_count();
     assert!(layers <= 11, "{layers} chip layers");
     let rows = 16 * 128;
     assert_eq!((RAM_BANKS * rows * LINE_WORDS * 4) as u32, RAM_SIZE);
     const { assert!(RAM_SIZE >= 256 * 1024) };
-    assert_eq!(chip().map.ram.len(), RAM_BANKS);
+    assert_eq!(chip().manifest.rv32im.as_ref().unwrap().ram_banks.len(), RAM_BANKS);
 }
 
 /// Boot leaves out staging tokens whose values are already staged: every GDN row of
@@ -161,17 +167,18 @@ fn chip_size_and_capacity() {
 #[test]
 fn boot_leaves_out_only_what_is_staged() {
     let image = image_of(&program("hello"));
-    let full = boot_tokens_with(&image, false).unwrap();
-    let lean = boot_tokens_with(&image, true).unwrap();
+    let map = chip().manifest.rv32im.as_ref().unwrap();
+    let full = boot_tokens_with(&image, map, false).unwrap();
+    let lean = boot_tokens_with(&image, map, true).unwrap();
     assert!(lean.len() < full.len());
     let booted = |tokens: &[ChipToken]| {
-        let mut runner = ChipRunner::new(&chip().chip, MathPath::Sparse(Default::default())).unwrap();
+        let mut runner = ChipRunner::new(chip()).unwrap();
         runner.passes(tokens, tokens.len(), &[]).unwrap();
         runner
     };
     let (a, b) = (booted(&full), booted(&lean));
-    let config = chip().chip.layer_config();
-    for layer in 0..chip().chip.layers.len() {
+    let config = &chip().config;
+    for layer in 0..chip().layer_count() {
         for head in 0..config.linear_num_value_heads {
             for row in 0..config.linear_key_head_dim {
                 let (x, y) = (
@@ -215,7 +222,7 @@ fn code_in_the_roms_last_rows() {
     };
     assert_eq!(console, b"9NNAB", "golden's console");
     let (end, counts, chip_console) = lockstep("rom_end", &image, 1_000);
-    assert_eq!(end, ChipEnd::Trapped(trap));
+    assert_eq!(end, RunEnd::Trapped(trap));
     assert_eq!(chip_console, console);
     assert!(counts.retired > 20, "{counts:?}");
 }
@@ -231,7 +238,7 @@ fn whole_ram() {
     let (want, console) = golden_end(&image, u64::MAX);
     assert_eq!(want, RunEnd::Exited(0));
     let (end, counts, chip_console) = lockstep("whole_ram", &image, u64::MAX);
-    assert_eq!(end, ChipEnd::Exited(0));
+    assert_eq!(end, RunEnd::Exited(0));
     assert_eq!(chip_console, console);
     eprintln!(
         "whole_ram: {} instructions, {} forward passes",
@@ -254,12 +261,7 @@ fn traps_match_golden() {
         let budget = 20_000;
         let (want, _) = golden_end(&image, budget);
         let (end, _, _) = lockstep(&name, &image, budget);
-        let expected = match want {
-            RunEnd::Exited(c) => ChipEnd::Exited(c),
-            RunEnd::Trapped(t) => ChipEnd::Trapped(t),
-            RunEnd::BudgetExhausted { pc } => ChipEnd::BudgetExhausted { pc },
-        };
-        assert_eq!(end, expected, "{name}");
+        assert_eq!(end, want, "{name}");
     }
 }
 
@@ -273,7 +275,7 @@ fn fuzz_run(seed: u64, body: usize, iterations: u32, divisions: bool) -> u64 {
     let RunEnd::Exited(code) = want else {
         panic!("seed {seed}: golden did not exit: {want:?}")
     };
-    assert_eq!(end, ChipEnd::Exited(code), "seed {seed}");
+    assert_eq!(end, RunEnd::Exited(code), "seed {seed}");
     counts.retired
 }
 

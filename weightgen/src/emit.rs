@@ -2,12 +2,14 @@
 //! decoder layers (full residual width, base dimensions all zero), chip-token
 //! embedding rows and a final-norm slice.
 
+use inband_chip::rv32im::Rv32Map;
+use inband_chip::{ChipModel, ChipSpec, MathPath};
 use inband_circuits::circuit::RowCode;
 use inband_circuits::contract::{
     self, ADDRESS_ON, ANCHOR_ENTRIES, A_LOG_NEVER_FORGET, GATE_SCALE, LEVEL_UNIT, NORM_WEIGHT, VALUE_ON,
 };
 use inband_circuits::primitives::{add_gated, add_identity};
-use inband_circuits::{Address, ChipToken, Circuit, Delayed, Expr, Output, TokenSpec};
+use inband_circuits::{Address, Circuit, Delayed, Expr, Output, TokenSpec};
 use inband_qwen35::weights::{Array, DecoderLayer, Mixer};
 use inband_qwen35::{LayerType, TextConfig};
 use thiserror::Error;
@@ -385,55 +387,27 @@ impl Chip {
         c
     }
 
-    /// The chip-dimension part of a chip token's embedding row.
-    pub fn embedding(&self, token: &ChipToken) -> Vec<f32> {
-        let mut row = vec![0.0f32; self.layout.chip_dims];
-        for (dim, value) in &self.layout.anchors {
-            row[*dim] = *value;
+    /// The chip's token map and residual layout, as a host sees them.
+    pub fn spec(&self) -> ChipSpec {
+        let c = &self.circuit;
+        let dim = |s: inband_circuits::Signal| self.layout.signal_dim[s.0 as usize];
+        ChipSpec {
+            tokens: c.tokens.clone(),
+            hidden: self.layout.hidden,
+            chip_dims: self.layout.chip_dims,
+            anchors: self.layout.anchors.clone(),
+            kind_dims: (0..c.tokens.kinds.len()).map(|k| dim(c.kind(k))).collect(),
+            field_dims: (0..c.tokens.fields.len())
+                .map(|f| c.field(f).iter().map(|s| dim(*s)).collect())
+                .collect(),
         }
-        let kind = self.circuit.kind(token.kind);
-        row[self.layout.signal_dim[kind.0 as usize]] = 1.0;
-        for (f, v) in self.circuit.tokens.kinds[token.kind].fields.iter().zip(&token.values) {
-            let s = self.circuit.field(*f)[*v];
-            row[self.layout.signal_dim[s.0 as usize]] = 1.0;
-        }
-        row
     }
 
-    /// A full-width residual for a chip token (base dimensions zero).
-    pub fn residual(&self, token: &ChipToken) -> Vec<f32> {
-        let mut r = vec![0.0f32; self.layout.hidden];
-        r.extend(self.embedding(token));
-        r
-    }
-
-    /// The chip token the final residual chooses: the kind and field values with the
-    /// highest scores (the argmax of the tied lm_head over chip tokens, computed per
-    /// field because each token's logit is a sum of its kind and field entries).
-    pub fn choose(&self, hidden: &[f32]) -> ChipToken {
-        let h = self.layout.hidden;
-        let value = |s: inband_circuits::Signal| hidden[h + self.layout.signal_dim[s.0 as usize]];
-        let tokens = &self.circuit.tokens;
-        let mut best: Option<(f32, ChipToken)> = None;
-        for (k, kind) in tokens.kinds.iter().enumerate() {
-            let mut score = value(self.circuit.kind(k));
-            let mut values = Vec::new();
-            for f in &kind.fields {
-                let (v, s) = self
-                    .circuit
-                    .field(*f)
-                    .iter()
-                    .enumerate()
-                    .map(|(v, s)| (v, value(*s)))
-                    .fold((0, f32::NEG_INFINITY), |a, b| if b.1 > a.1 { b } else { a });
-                score += s;
-                values.push(v);
-            }
-            if best.as_ref().is_none_or(|(b, _)| score > *b) {
-                best = Some((score, ChipToken { kind: k, values }));
-            }
-        }
-        best.expect("at least one kind").1
+    /// The chip as a host drives it (`rv32im`: the RV32IM host map, for that chip), on
+    /// the CPU `path`, without writing a pack.
+    pub fn model(&self, rv32im: Option<Rv32Map>, path: MathPath) -> anyhow::Result<ChipModel> {
+        let manifest = crate::pack::manifest_of(self, rv32im, safetensors::Dtype::F32, Default::default());
+        ChipModel::from_layers(manifest, &self.layers, path)
     }
 
     /// Nonzero weights of every chip layer.

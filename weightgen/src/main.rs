@@ -38,7 +38,7 @@ struct Cli {
     /// Fit the config of this checkpoint folder.
     #[arg(long)]
     base: Option<PathBuf>,
-    /// Where to write the pack (a folder; replaced if it already holds a pack).
+    /// Where to write the pack: a new folder (weightgen refuses one that exists).
     #[arg(long)]
     out: PathBuf,
     /// Which chip to compile.
@@ -56,17 +56,21 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         (None, Some(dir)) => Checkpoint::open(dir)?.config,
         (None, None) => unreachable!("clap requires one"),
     };
+    // Refuse before the long compile, and again when the pack is renamed into place.
+    pack::refuse_existing(&cli.out)?;
     let bar = ProgressBar::new_spinner();
     bar.set_style(ProgressStyle::with_template("{spinner} {msg} [{elapsed}]").expect("valid template"));
     bar.enable_steady_tick(std::time::Duration::from_millis(120));
-    bar.set_message("building the circuit");
-    let circuit = match cli.chip {
-        ChipName::Rv32im => rv32im::circuit(target_of(&base))?.0,
-        ChipName::Acc8 => toy::circuit(target_of(&base)),
+    bar.set_message("building the circuit and emitting layers");
+    let (chip, host_map) = match cli.chip {
+        ChipName::Rv32im => {
+            let chip = rv32im::Rv32Chip::build(&base)?;
+            let map = chip.host_map();
+            (chip.chip, Some(map))
+        }
+        ChipName::Acc8 => (compile(&toy::circuit(target_of(&base)), &base)?, None),
     };
-    bar.set_message("scheduling and emitting layers");
-    let chip = compile(&circuit, &base)?;
-    let manifest = pack::write_pack(&chip, &cli.out, &|m| bar.set_message(m.to_string()))?;
+    let manifest = pack::write_pack(&chip, host_map, &cli.out, &|m| bar.set_message(m.to_string()))?;
     bar.finish_and_clear();
     println!(
         "{}: {} chip layers, {} chip dims (residual {} -> {}), {} nonzero weights, {} chip tokens, stored as {}",
@@ -82,7 +86,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     println!(
         "wrote {} (allocation report: {})",
         cli.out.display(),
-        cli.out.join(pack::REPORT_FILE).display()
+        cli.out.join(inband_chip::pack::REPORT_FILE).display()
     );
     Ok(())
 }

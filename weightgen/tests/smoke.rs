@@ -1,8 +1,9 @@
+use inband_chip::{ChipRunner, MathPath};
 use inband_circuits::primitives::{add, Word};
 use inband_circuits::{ChipToken, Circuit, Expr, FieldDef, KindDef, TokenSpec};
 use inband_qwen35::presets::Shape;
 use inband_qwen35::sparse::SumOrder;
-use inband_weightgen::{compile, target_of, ChipRunner, MathPath};
+use inband_weightgen::{compile, target_of};
 
 #[test]
 fn adds_two_bytes() {
@@ -39,7 +40,8 @@ fn adds_two_bytes() {
         &[(0, sum.word.nibbles[0].clone()), (1, sum.word.nibbles[1].clone())],
     );
     let chip = compile(&c, &base).unwrap();
-    let mut runner = ChipRunner::new(&chip, MathPath::Sparse(SumOrder::Forward)).unwrap();
+    let model = chip.model(None, MathPath::Sparse(SumOrder::Forward)).unwrap();
+    let mut runner = ChipRunner::new(&model).unwrap();
     for x in 0..256usize {
         for y in (0..256usize).step_by(7) {
             let t = ChipToken {

@@ -1,10 +1,11 @@
 //! The toy machine, compiled into stock Qwen3.5 layers, agrees with its plain Rust model
 //! after every step: on the sparse path in two summation orders and on the dense path.
 
+use inband_chip::{ChipRunner, MathPath};
 use inband_qwen35::presets::Shape;
 use inband_qwen35::sparse::SumOrder;
 use inband_weightgen::toy::{circuit, Acc8};
-use inband_weightgen::{compile, target_of, Chip, ChipRunner, MathPath};
+use inband_weightgen::{compile, target_of, Chip};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -21,7 +22,8 @@ fn random_program(rng: &mut StdRng) -> [(u8, u8); 16] {
 fn run(chip: &Chip, path: MathPath, seed: u64, programs: usize, steps: usize) -> usize {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut models: Vec<Acc8> = (0..programs).map(|_| Acc8::new(random_program(&mut rng))).collect();
-    let mut runner = ChipRunner::batch(chip, path, programs).unwrap();
+    let model = chip.model(None, path).unwrap();
+    let mut runner = ChipRunner::batch(&model, programs).unwrap();
     let boots: Vec<Vec<_>> = models.iter().map(|m| m.boot_tokens()).collect();
     for i in 0..boots[0].len() {
         let column: Vec<_> = boots.iter().map(|b| b[i].clone()).collect();

@@ -20,6 +20,18 @@ pub enum SumOrder {
     Reverse,
 }
 
+/// Bytes [`SparseMatrix::from_stored`] tests for zero at once (a multiple of every
+/// element size).
+const ZERO_SCAN_BLOCK: usize = 64;
+
+/// True when every byte is zero (eight at a time, which the compiler vectorises).
+pub fn all_zero(bytes: &[u8]) -> bool {
+    let words = bytes.chunks_exact(8);
+    let tail = words.remainder();
+    words.fold(0u64, |acc, w| acc | u64::from_ne_bytes(w.try_into().expect("8 bytes"))) == 0
+        && tail.iter().all(|b| *b == 0)
+}
+
 /// A compressed-sparse-row f32 matrix.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SparseMatrix {
@@ -54,8 +66,63 @@ impl SparseMatrix {
         }
     }
 
+    /// A `rows` × `cols` matrix from stored rows of little-endian `dtype` values:
+    /// `stored_row(r)` holds row r's values for columns `first_col`, `first_col + 1`, …
+    /// (every other column is zero). Only nonzero values are decoded, so scanning a
+    /// mostly-zero tensor costs little more than reading its bytes.
+    pub fn from_stored<'a>(
+        rows: usize,
+        cols: usize,
+        dtype: safetensors::Dtype,
+        first_col: usize,
+        stored_row: impl Fn(usize) -> &'a [u8],
+    ) -> Result<Self, String> {
+        let size = match dtype {
+            safetensors::Dtype::F32 => 4,
+            safetensors::Dtype::BF16 | safetensors::Dtype::F16 => 2,
+            other => return Err(format!("dtype {other:?} is not a float type")),
+        };
+        let mut row_start = Vec::with_capacity(rows + 1);
+        let (mut col, mut value) = (Vec::new(), Vec::new());
+        row_start.push(0);
+        for r in 0..rows {
+            let bytes = stored_row(r);
+            if first_col + bytes.len() / size > cols {
+                return Err(format!("row {r} has more than {cols} columns"));
+            }
+            // A block at a time: most of a chip row's blocks are all zeros.
+            for (block_index, block) in bytes.chunks(ZERO_SCAN_BLOCK).enumerate() {
+                if all_zero(block) {
+                    continue;
+                }
+                let first = first_col + block_index * ZERO_SCAN_BLOCK / size;
+                let values = crate::checkpoint::to_f32(dtype, block)?;
+                for (i, v) in values.into_iter().enumerate() {
+                    if v != 0.0 {
+                        col.push((first + i) as u32);
+                        value.push(v);
+                    }
+                }
+            }
+            row_start.push(col.len() as u32);
+        }
+        Ok(Self {
+            rows,
+            cols,
+            row_start,
+            col,
+            value,
+        })
+    }
+
     pub fn nonzeros(&self) -> usize {
         self.value.len()
+    }
+
+    /// Row `r`'s nonzero entries: (columns ascending, values).
+    pub fn row(&self, r: usize) -> (&[u32], &[f32]) {
+        let (s, e) = (self.row_start[r] as usize, self.row_start[r + 1] as usize);
+        (&self.col[s..e], &self.value[s..e])
     }
 
     /// True when row `r` has no nonzero entry.
@@ -111,30 +178,52 @@ impl GdnState {
     }
 }
 
-/// A GDN decoder layer prepared for sparse evaluation.
+/// A GDN decoder layer prepared for sparse evaluation. Its parts are public so that
+/// other engines (the GPU kernel's tables) are built from the same sparse form.
 #[derive(Debug, Clone)]
 pub struct SparseLayer {
-    config: TextConfig,
-    input_gain: Vec<f32>,
-    post_gain: Vec<f32>,
-    qkv: SparseMatrix,
-    z: SparseMatrix,
-    b: SparseMatrix,
-    a: SparseMatrix,
+    pub config: TextConfig,
+    /// 1 + the zero-centred input_layernorm weight.
+    pub input_gain: Vec<f32>,
+    /// 1 + the zero-centred post_attention_layernorm weight.
+    pub post_gain: Vec<f32>,
+    pub qkv: SparseMatrix,
+    pub z: SparseMatrix,
+    pub b: SparseMatrix,
+    pub a: SparseMatrix,
     /// [conv_dim][K].
-    conv: Vec<f32>,
+    pub conv: Vec<f32>,
     /// Channels with a nonzero tap.
-    live_channels: Vec<usize>,
-    a_log: Vec<f32>,
-    dt_bias: Vec<f32>,
-    norm: Vec<f32>,
-    out_proj: SparseMatrix,
-    gate: SparseMatrix,
-    up: SparseMatrix,
-    down: SparseMatrix,
+    pub live_channels: Vec<usize>,
+    pub a_log: Vec<f32>,
+    pub dt_bias: Vec<f32>,
+    pub norm: Vec<f32>,
+    pub out_proj: SparseMatrix,
+    pub gate: SparseMatrix,
+    pub up: SparseMatrix,
+    pub down: SparseMatrix,
     /// MLP neurons whose gate and up rows both have entries.
-    live_neurons: Vec<usize>,
+    pub live_neurons: Vec<usize>,
     pub order: SumOrder,
+}
+
+/// A GDN layer's tensors, matrices already sparse: what [`SparseLayer::from_parts`]
+/// assembles (vectors as stored: norm weights zero-centred, conv [conv_dim][K]).
+pub struct SparseParts {
+    pub input_layernorm: Vec<f32>,
+    pub post_attention_layernorm: Vec<f32>,
+    pub qkv: SparseMatrix,
+    pub z: SparseMatrix,
+    pub b: SparseMatrix,
+    pub a: SparseMatrix,
+    pub conv: Vec<f32>,
+    pub a_log: Vec<f32>,
+    pub dt_bias: Vec<f32>,
+    pub norm: Vec<f32>,
+    pub out_proj: SparseMatrix,
+    pub gate: SparseMatrix,
+    pub up: SparseMatrix,
+    pub down: SparseMatrix,
 }
 
 /// Scratch buffers reused across steps.
@@ -151,35 +240,57 @@ impl SparseLayer {
     /// Prepares a linear-attention layer; `None` for a full-attention layer.
     pub fn new(layer: &DecoderLayer, config: &TextConfig) -> Option<Self> {
         let Mixer::Linear(l) = &layer.mixer else { return None };
+        Some(Self::from_parts(
+            SparseParts {
+                input_layernorm: layer.input_layernorm.data.clone(),
+                post_attention_layernorm: layer.post_attention_layernorm.data.clone(),
+                qkv: SparseMatrix::from_dense(&l.in_proj_qkv),
+                z: SparseMatrix::from_dense(&l.in_proj_z),
+                b: SparseMatrix::from_dense(&l.in_proj_b),
+                a: SparseMatrix::from_dense(&l.in_proj_a),
+                conv: l.conv1d.data.clone(),
+                a_log: l.a_log.data.clone(),
+                dt_bias: l.dt_bias.data.clone(),
+                norm: l.norm.data.clone(),
+                out_proj: SparseMatrix::from_dense(&l.out_proj),
+                gate: SparseMatrix::from_dense(&layer.mlp.gate_proj),
+                up: SparseMatrix::from_dense(&layer.mlp.up_proj),
+                down: SparseMatrix::from_dense(&layer.mlp.down_proj),
+            },
+            config,
+        ))
+    }
+
+    /// Assembles a layer from its parts: the live conv channels and MLP neurons are
+    /// found here, so every way of building a layer finds the same ones.
+    pub fn from_parts(p: SparseParts, config: &TextConfig) -> Self {
         let k = config.linear_conv_kernel_dim;
         let live_channels = (0..config.conv_dim())
-            .filter(|&c| l.conv1d.data[c * k..(c + 1) * k].iter().any(|w| *w != 0.0))
+            .filter(|&c| p.conv[c * k..(c + 1) * k].iter().any(|w| *w != 0.0))
             .collect();
-        let gate = SparseMatrix::from_dense(&layer.mlp.gate_proj);
-        let up = SparseMatrix::from_dense(&layer.mlp.up_proj);
-        let live_neurons = (0..gate.rows)
-            .filter(|&n| !gate.row_is_empty(n) && !up.row_is_empty(n))
+        let live_neurons = (0..p.gate.rows)
+            .filter(|&n| !p.gate.row_is_empty(n) && !p.up.row_is_empty(n))
             .collect();
-        Some(Self {
+        Self {
             config: config.clone(),
-            input_gain: layer.input_layernorm.data.iter().map(|w| 1.0 + w).collect(),
-            post_gain: layer.post_attention_layernorm.data.iter().map(|w| 1.0 + w).collect(),
-            qkv: SparseMatrix::from_dense(&l.in_proj_qkv),
-            z: SparseMatrix::from_dense(&l.in_proj_z),
-            b: SparseMatrix::from_dense(&l.in_proj_b),
-            a: SparseMatrix::from_dense(&l.in_proj_a),
-            conv: l.conv1d.data.clone(),
+            input_gain: p.input_layernorm.iter().map(|w| 1.0 + w).collect(),
+            post_gain: p.post_attention_layernorm.iter().map(|w| 1.0 + w).collect(),
+            qkv: p.qkv,
+            z: p.z,
+            b: p.b,
+            a: p.a,
+            conv: p.conv,
             live_channels,
-            a_log: l.a_log.data.clone(),
-            dt_bias: l.dt_bias.data.clone(),
-            norm: l.norm.data.clone(),
-            out_proj: SparseMatrix::from_dense(&l.out_proj),
-            gate,
-            up,
-            down: SparseMatrix::from_dense(&layer.mlp.down_proj),
+            a_log: p.a_log,
+            dt_bias: p.dt_bias,
+            norm: p.norm,
+            out_proj: p.out_proj,
+            gate: p.gate,
+            up: p.up,
+            down: p.down,
             live_neurons,
             order: SumOrder::Forward,
-        })
+        }
     }
 
     /// Nonzero weights of the layer's matrices.

@@ -12,10 +12,8 @@ use cudarc::driver::{
     CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg,
 };
 use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
-use inband_circuits::ChipToken;
-use inband_qwen35::weights::{Array, DecoderLayer, Mixer};
-use inband_weightgen::rv32im::host::PassEngine;
-use inband_weightgen::Chip;
+use inband_chip::{ChipLayers, ChipModel, ChipToken, PassEngine};
+use inband_qwen35::sparse::SparseMatrix;
 
 pub mod text;
 
@@ -162,22 +160,15 @@ impl Flat {
     }
 }
 
-/// Row `r` of `a` as (target, nonzeros).
-fn row(a: &Array, r: usize, target: usize) -> Row {
-    let entries = a
-        .row(r)
-        .iter()
-        .enumerate()
-        .filter(|(_, v)| **v != 0.0)
-        .map(|(c, v)| (c, *v))
-        .collect();
+/// Row `r` of `m` as (target, nonzeros).
+fn row(m: &SparseMatrix, r: usize, target: usize) -> Row {
+    let (cols, vals) = m.row(r);
+    let entries = cols.iter().zip(vals).map(|(c, v)| (*c as usize, *v)).collect();
     (target as u32, entries)
 }
 
-fn nonempty_rows(a: &Array) -> Vec<usize> {
-    (0..a.dims2().0)
-        .filter(|&r| a.row(r).iter().any(|v| *v != 0.0))
-        .collect()
+fn nonempty_rows(m: &SparseMatrix) -> Vec<usize> {
+    (0..m.rows).filter(|&r| !m.row_is_empty(r)).collect()
 }
 
 /// The chip on a GPU.
@@ -195,7 +186,7 @@ pub struct GpuChip {
     ctl: CudaSlice<u32>,
     outputs: CudaSlice<u32>,
     shared_bytes: u32,
-    tokens: inband_circuits::TokenSpec,
+    tokens: inband_chip::TokenSpec,
     /// Where each layer's recurrent state starts in S, and its (dk, dv).
     recurrent: Vec<u32>,
     dk: usize,
@@ -245,9 +236,12 @@ pub fn available() -> anyhow::Result<()> {
 
 impl GpuChip {
     /// Uploads `chip`'s layers to GPU `ordinal` and compiles the kernel.
-    pub fn new(chip: &Chip, ordinal: usize) -> anyhow::Result<Self> {
+    pub fn new(chip: &ChipModel, ordinal: usize) -> anyhow::Result<Self> {
         available()?;
-        let c = chip.layer_config();
+        let ChipLayers::Sparse(layers) = &chip.layers else {
+            bail!("the GPU engine is built from the chip's sparse layers")
+        };
+        let c = &chip.config;
         let width = c.hidden_size;
         let (dk, dv, hk, hv) = (
             c.linear_key_head_dim,
@@ -263,33 +257,19 @@ impl GpuChip {
         let mut offsets = Vec::new();
         let (mut scratch, mut act) = (0usize, 0usize);
         let mut recurrent = Vec::new();
-        for layer in &chip.layers {
-            let DecoderLayer {
-                input_layernorm,
-                post_attention_layernorm,
-                mixer,
-                mlp,
-            } = layer;
-            let Mixer::Linear(g) = mixer else {
-                bail!("chip layers are linear attention")
-            };
+        for layer in layers {
             let mut o = LayerOffsets {
-                in_gain: f.floats(&input_layernorm.data.iter().map(|w| 1.0 + w).collect::<Vec<_>>()),
-                post_gain: f.floats(
-                    &post_attention_layernorm
-                        .data
-                        .iter()
-                        .map(|w| 1.0 + w)
-                        .collect::<Vec<_>>(),
-                ),
+                in_gain: f.floats(&layer.input_gain),
+                post_gain: f.floats(&layer.post_gain),
                 ..Default::default()
             };
-            let live: Vec<usize> = (0..c.conv_dim())
-                .filter(|&ch| g.conv1d.row(ch).iter().any(|w| *w != 0.0))
-                .collect();
+            let live = &layer.live_channels;
             o.n_live = live.len() as u32;
             o.live = f.ints(&live.iter().map(|x| *x as u32).collect::<Vec<_>>());
-            let taps: Vec<f32> = live.iter().flat_map(|&ch| g.conv1d.row(ch).to_vec()).collect();
+            let taps: Vec<f32> = live
+                .iter()
+                .flat_map(|&ch| layer.conv[ch * k..(ch + 1) * k].to_vec())
+                .collect();
             o.taps = f.floats(&taps);
             o.conv_state = f.state(3 * live.len());
             // Scratch for the input projections: live qkv channels | z | b | a; every row
@@ -299,31 +279,23 @@ impl GpuChip {
                 (live.len() + hv * dv) as u32,
                 (live.len() + hv * dv + hv) as u32,
             );
-            let mut xin: Vec<Row> = live
-                .iter()
-                .enumerate()
-                .map(|(i, &ch)| row(&g.in_proj_qkv, ch, i))
-                .collect();
-            xin.extend((0..hv * dv).map(|r| row(&g.in_proj_z, r, o.z_at as usize + r)));
-            xin.extend((0..hv).map(|r| row(&g.in_proj_b, r, o.b_at as usize + r)));
-            xin.extend((0..hv).map(|r| row(&g.in_proj_a, r, o.a_at as usize + r)));
+            let mut xin: Vec<Row> = live.iter().enumerate().map(|(i, &ch)| row(&layer.qkv, ch, i)).collect();
+            xin.extend((0..hv * dv).map(|r| row(&layer.z, r, o.z_at as usize + r)));
+            xin.extend((0..hv).map(|r| row(&layer.b, r, o.b_at as usize + r)));
+            xin.extend((0..hv).map(|r| row(&layer.a, r, o.a_at as usize + r)));
             scratch = scratch.max(xin.len());
             o.xin = f.ell(xin)?;
-            o.a_log = f.floats(&g.a_log.data);
-            o.dt_bias = f.floats(&g.dt_bias.data);
-            o.norm = f.floats(&g.norm.data);
+            o.a_log = f.floats(&layer.a_log);
+            o.dt_bias = f.floats(&layer.dt_bias);
+            o.norm = f.floats(&layer.norm);
             o.out = f.ell(
-                nonempty_rows(&g.out_proj)
+                nonempty_rows(&layer.out_proj)
                     .into_iter()
-                    .map(|r| row(&g.out_proj, r, r))
+                    .map(|r| row(&layer.out_proj, r, r))
                     .collect(),
             )?;
             // Neurons whose gate and up rows are both nonzero, numbered compactly.
-            let neurons: Vec<usize> = (0..c.intermediate_size)
-                .filter(|&n| {
-                    mlp.gate_proj.row(n).iter().any(|v| *v != 0.0) && mlp.up_proj.row(n).iter().any(|v| *v != 0.0)
-                })
-                .collect();
+            let neurons = &layer.live_neurons;
             let n = neurons.len();
             o.n_neur = n as u32;
             scratch = scratch.max(2 * n);
@@ -331,17 +303,17 @@ impl GpuChip {
             let mut gate_up: Vec<Row> = neurons
                 .iter()
                 .enumerate()
-                .map(|(i, &r)| row(&mlp.gate_proj, r, i))
+                .map(|(i, &r)| row(&layer.gate, r, i))
                 .collect();
-            gate_up.extend(neurons.iter().enumerate().map(|(i, &r)| row(&mlp.up_proj, r, n + i)));
+            gate_up.extend(neurons.iter().enumerate().map(|(i, &r)| row(&layer.up, r, n + i)));
             o.gate_up = f.ell(gate_up)?;
             // Down over the compact numbering (a dead neuron's activation is 0: its terms are dropped).
             let compact: std::collections::HashMap<usize, usize> =
                 neurons.iter().enumerate().map(|(i, &r)| (r, i)).collect();
-            let down: Vec<Row> = nonempty_rows(&mlp.down_proj)
+            let down: Vec<Row> = nonempty_rows(&layer.down)
                 .into_iter()
                 .map(|r| {
-                    let (t, e) = row(&mlp.down_proj, r, r);
+                    let (t, e) = row(&layer.down, r, r);
                     (
                         t,
                         e.into_iter()
@@ -356,9 +328,7 @@ impl GpuChip {
             offsets.push(o);
         }
         // Token tables.
-        let spec = &chip.circuit.tokens;
-        let layout = &chip.layout;
-        let dim = |s: inband_circuits::Signal| layout.signal_dim[s.0 as usize] as u32;
+        let spec = &chip.spec;
         let mut d = Dims {
             width: width as u32,
             conv_dim: c.conv_dim() as u32,
@@ -367,23 +337,19 @@ impl GpuChip {
             dv: dv as u32,
             hk: hk as u32,
             hv: hv as u32,
-            layers: chip.layers.len() as u32,
+            layers: layers.len() as u32,
             eps: c.rms_norm_eps as f32,
-            kinds: spec.kinds.len() as u32,
-            fields: spec.fields.len() as u32,
+            kinds: spec.tokens.kinds.len() as u32,
+            fields: spec.tokens.fields.len() as u32,
             scratch: scratch as u32,
             act: act as u32,
-            anchors: layout.anchors.len() as u32,
-            chip_base: layout.hidden as u32,
+            anchors: spec.anchors.len() as u32,
+            chip_base: spec.hidden as u32,
             ..Default::default()
         };
-        d.kind_dim = f.ints(
-            &(0..spec.kinds.len())
-                .map(|k| dim(chip.circuit.kind(k)))
-                .collect::<Vec<_>>(),
-        );
+        d.kind_dim = f.ints(&spec.kind_dims.iter().map(|x| *x as u32).collect::<Vec<_>>());
         let mut kf = Vec::new();
-        for kind in &spec.kinds {
+        for kind in &spec.tokens.kinds {
             if kind.fields.len() > 8 {
                 bail!("a chip token kind has more than 8 fields");
             }
@@ -392,28 +358,30 @@ impl GpuChip {
             kf.extend(row);
         }
         d.kind_fields = f.ints(&kf);
-        d.kind_nfields = f.ints(&spec.kinds.iter().map(|k| k.fields.len() as u32).collect::<Vec<_>>());
+        d.kind_nfields = f.ints(
+            &spec
+                .tokens
+                .kinds
+                .iter()
+                .map(|k| k.fields.len() as u32)
+                .collect::<Vec<_>>(),
+        );
         d.kind_offset = f.ints(
-            &(0..spec.kinds.len())
-                .map(|k| spec.kind_offset(k) as u32)
+            &(0..spec.tokens.kinds.len())
+                .map(|k| spec.tokens.kind_offset(k) as u32)
                 .collect::<Vec<_>>(),
         );
-        d.field_size = f.ints(&spec.fields.iter().map(|x| x.size as u32).collect::<Vec<_>>());
-        d.field_dim = f.ints(
-            &(0..spec.fields.len())
-                .map(|x| dim(chip.circuit.field(x)[0]))
-                .collect::<Vec<_>>(),
-        );
-        d.anchor_dim = f.ints(&layout.anchors.iter().map(|(dm, _)| *dm as u32).collect::<Vec<_>>());
-        d.anchor_value = f.floats(&layout.anchors.iter().map(|(_, v)| *v).collect::<Vec<_>>());
+        d.field_size = f.ints(&spec.tokens.fields.iter().map(|x| x.size as u32).collect::<Vec<_>>());
+        d.field_dim = f.ints(&spec.field_dims.iter().map(|dims| dims[0] as u32).collect::<Vec<_>>());
+        d.anchor_dim = f.ints(&spec.anchors.iter().map(|(dm, _)| *dm as u32).collect::<Vec<_>>());
+        d.anchor_value = f.floats(&spec.anchors.iter().map(|(_, v)| *v).collect::<Vec<_>>());
         // The kernel's exact residual norm relies on the anchors being the first chip dims.
-        if layout.anchors.iter().enumerate().any(|(i, (dm, _))| *dm != i) {
+        if spec.anchors.iter().enumerate().any(|(i, (dm, _))| *dm != i) {
             bail!("the chip's anchors are not its first dimensions");
         }
         // Field values must sit in consecutive dims for the kernel's indexing.
-        for (x, field) in spec.fields.iter().enumerate() {
-            let s = chip.circuit.field(x);
-            if (0..field.size).any(|v| dim(s[v]) != dim(s[0]) + v as u32) {
+        for (field, dims) in spec.tokens.fields.iter().zip(&spec.field_dims) {
+            if dims.iter().enumerate().any(|(v, dm)| *dm != dims[0] + v) {
                 bail!("field {} is not laid out contiguously", field.name);
             }
         }
@@ -422,7 +390,7 @@ impl GpuChip {
         let stream = ctx.default_stream();
         let module = compile(&ctx, KERNEL, "the chip kernel")?;
         let kernel = module.load_function("chip_passes")?;
-        if spec.kinds.len() > 32 || spec.fields.len() > 64 {
+        if spec.tokens.kinds.len() > 32 || spec.tokens.fields.len() > 64 {
             bail!("the GPU chip kernel handles up to 32 token kinds and 64 fields");
         }
         // hidden, normed, conv output, head outputs, scratch, activations, layer table.
@@ -454,7 +422,7 @@ impl GpuChip {
             ctl,
             outputs,
             shared_bytes,
-            tokens: spec.clone(),
+            tokens: spec.tokens.clone(),
             recurrent,
             dk,
             dv,

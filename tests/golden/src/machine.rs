@@ -64,6 +64,24 @@ impl TrapCause {
             TrapCause::EnvironmentCall | TrapCause::UnsupportedSystemCall { .. } => 8,
         }
     }
+
+    /// The cause with `mcause` exception code `code` (the inverse of [`Self::code`] on
+    /// bare-metal causes): `value` is the trap value (target or address), `word` the
+    /// instruction. None for a code no bare-metal trap has.
+    pub fn from_code(code: u32, value: u32, word: u32) -> Option<Self> {
+        Some(match code {
+            0 => TrapCause::InstructionAddressMisaligned { target: value },
+            1 => TrapCause::InstructionAccessFault,
+            2 => TrapCause::IllegalInstruction { word },
+            3 => TrapCause::Breakpoint,
+            4 => TrapCause::LoadAddressMisaligned { addr: value },
+            5 => TrapCause::LoadAccessFault { addr: value },
+            6 => TrapCause::StoreAddressMisaligned { addr: value },
+            7 => TrapCause::StoreAccessFault { addr: value },
+            8 => TrapCause::EnvironmentCall,
+            _ => return None,
+        })
+    }
 }
 
 impl fmt::Display for TrapCause {

@@ -17,8 +17,9 @@
 //! [`WORDS`] is that file assembled; a test re-assembles it and compares. The words are
 //! part of the chip's weights: a `bc` token that commits one of these rows adds them.
 
-/// The ROM row the millicode starts in: the first row of the ROM's last head.
-pub const FIRST_ROW: usize = 15 * 128;
+/// The ROM row the millicode starts in: the first row of the ROM's last head (part of
+/// the token format: an `xm` token's row is this plus its `rlo` digit).
+pub const FIRST_ROW: usize = inband_chip::rv32im::MILLICODE_FIRST_ROW;
 
 /// Where the millicode sits: the pc of [`FIRST_ROW`].
 pub const BASE: u32 = inband_firmware::memory_map::ROM_BASE + 32 * FIRST_ROW as u32;

@@ -9,7 +9,9 @@
 //! - [`mem`]: RAM banks, loads, stores;
 //! - [`retire`]: the value, its classification, the latch and the next token.
 //!
-//! [`tokens`] documents the token format; [`host`] boots programs and runs them.
+//! The token format ([`tokens`]), where the state lives for a host and the host
+//! protocol are the chip's interface (`inband_chip::rv32im`); [`Rv32Chip`] is the
+//! compiled chip with the map a host needs.
 
 // Circuit wiring indexes nibbles, digits and bits by position; loops over index ranges
 // say that most plainly.
@@ -18,15 +20,22 @@
 pub mod alu;
 pub mod decode;
 pub mod front;
-pub mod host;
 pub mod mem;
 pub mod millicode;
 pub mod regs;
 pub mod retire;
-pub mod tokens;
 pub mod wires;
 
+pub use inband_chip::rv32im::tokens;
+
+use inband_chip::rv32im::Rv32Map;
+use inband_chip::{ChipModel, MathPath};
+use inband_circuits::contract::{LEVEL_UNIT, VALUE_ON};
 use inband_circuits::{Circuit, Target};
+use inband_qwen35::TextConfig;
+use thiserror::Error;
+
+use crate::emit::{compile, target_of, Chip, CompileError};
 
 /// Where the architectural state lives (memory indices of the circuit).
 #[derive(Debug, Clone)]
@@ -64,4 +73,48 @@ pub fn circuit(target: Target) -> Result<(Circuit, StateMap), Unfit> {
     let m = mem::build(&mut c, &t, &f, &d.class, &rs1, &rs2, &d.imm, &x.address);
     retire::build(&mut c, &t, &f, &d, &rs2, &x, &m);
     Ok((c, StateMap { regs, ram: m.banks }))
+}
+
+/// A compiled RV32IM chip and where its state lives.
+pub struct Rv32Chip {
+    pub chip: Chip,
+    pub map: StateMap,
+}
+
+#[derive(Debug, Error)]
+pub enum BuildChipError {
+    #[error(transparent)]
+    Unfit(#[from] Unfit),
+    #[error(transparent)]
+    Compile(#[from] CompileError),
+}
+
+impl Rv32Chip {
+    /// Builds and compiles the chip for a base model config.
+    pub fn build(base: &TextConfig) -> Result<Self, BuildChipError> {
+        let (c, map) = circuit(target_of(base))?;
+        Ok(Self {
+            chip: compile(&c, base)?,
+            map,
+        })
+    }
+
+    /// What a host needs to drive this chip (memory indices are the circuit's, which
+    /// is also the order of the manifest's memories).
+    pub fn host_map(&self) -> Rv32Map {
+        Rv32Map {
+            regs_low: self.map.regs.low,
+            regs_up34: self.map.regs.up34,
+            regs_up567: self.map.regs.up567,
+            ram_banks: self.map.ram.clone(),
+            millicode_rows: millicode::WORDS.len().div_ceil(tokens::ROW_SLOTS),
+            bit_on: VALUE_ON as f32,
+            level_unit: LEVEL_UNIT as f32,
+        }
+    }
+
+    /// The chip as a host drives it, on the CPU `path`, without writing a pack.
+    pub fn model(&self, path: MathPath) -> anyhow::Result<ChipModel> {
+        self.chip.model(Some(self.host_map()), path)
+    }
 }

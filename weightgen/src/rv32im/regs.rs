@@ -20,18 +20,7 @@ use super::tokens::{field, kind, up};
 use super::wires::{oh, with_implied_zero, Tok};
 
 /// Entry layout of the `low` memory.
-pub mod low {
-    /// Nibble j (0..2) value v at entry 16j + v.
-    pub const NIBBLES: usize = 0;
-    pub const SPOS: usize = 48;
-    pub const SNEG: usize = 49;
-    pub const LZERO: usize = 50;
-    pub const LONES: usize = 51;
-    pub const LH: usize = 52;
-    pub const LINK: usize = 53;
-    /// Link nibble 3 value v at entry 54 + v.
-    pub const LINK_N3: usize = 54;
-}
+pub use inband_chip::rv32im::low;
 
 /// A register's value as read: bits, nibble values and (store-data port only) one-hot nibbles.
 #[derive(Clone)]

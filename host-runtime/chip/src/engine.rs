@@ -1,15 +1,29 @@
-//! Running a compiled chip with the project's layer math: feed chip tokens, run the
-//! chip layers (sparse or dense path), read the chosen next tokens. A runner steps a
-//! batch of independent machines together (the dense path does them in one forward).
-//! This is what the compiler's checks and the exactness suites use; the runtime's VM
-//! mode does the same inside a spliced checkpoint.
+//! Engines that run chip passes. [`PassEngine`] is what a host drives: feed chip
+//! tokens, get the chosen ones back, read GDN memory rows. [`ChipRunner`] is the CPU
+//! engine: the project's layer math (sparse or dense path) over a batch of independent
+//! machines; the GPU engine lives in the runtime.
 
 use candle_core::{Device, Tensor};
-use inband_circuits::ChipToken;
 use inband_qwen35::dense::{DenseLayer, DenseState};
 use inband_qwen35::sparse::{GdnState, Scratch, SparseLayer, SumOrder};
 
-use crate::emit::Chip;
+use crate::model::{ChipLayers, ChipModel};
+use crate::token::ChipToken;
+
+/// Something that runs chip passes: the CPU layer math, or the GPU engine.
+pub trait PassEngine {
+    /// Runs passes that consume `inputs` in order and then the engine's own choices,
+    /// until `max` passes ran or, once the inputs are used up, a chosen token's kind is
+    /// in `stop_kinds`. Returns the token chosen by each pass.
+    fn passes(&mut self, inputs: &[ChipToken], max: usize, stop_kinds: &[usize]) -> anyhow::Result<Vec<ChipToken>>;
+    /// One GDN memory row (`dv` entries): key row `row` of value head `head` of chip layer `layer`.
+    fn memory_row(&self, layer: usize, head: usize, row: usize) -> anyhow::Result<Vec<f32>>;
+    /// How many passes to run ahead of the host when nothing is being verified (1: none;
+    /// then a run that stops at its instruction budget can be continued exactly).
+    fn lookahead(&self) -> usize {
+        1
+    }
+}
 
 /// Which implementation of the layer math runs the chip.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,10 +34,10 @@ pub enum MathPath {
     Dense,
 }
 
-enum Engine {
+enum Engine<'a> {
     /// states[machine][layer].
     Sparse {
-        layers: Vec<SparseLayer>,
+        layers: &'a [SparseLayer],
         states: Vec<Vec<GdnState>>,
         scratch: Scratch,
     },
@@ -36,8 +50,8 @@ enum Engine {
 
 /// A batch of machines being stepped token by token.
 pub struct ChipRunner<'a> {
-    pub chip: &'a Chip,
-    engine: Engine,
+    pub model: &'a ChipModel,
+    engine: Engine<'a>,
     batch: usize,
     /// The final residuals of the last step, one per machine.
     pub hidden: Vec<Vec<f32>>,
@@ -45,26 +59,17 @@ pub struct ChipRunner<'a> {
 
 impl<'a> ChipRunner<'a> {
     /// One machine.
-    pub fn new(chip: &'a Chip, path: MathPath) -> anyhow::Result<Self> {
-        Self::batch(chip, path, 1)
+    pub fn new(model: &'a ChipModel) -> anyhow::Result<Self> {
+        Self::batch(model, 1)
     }
 
     /// `batch` independent machines, all fresh.
-    pub fn batch(chip: &'a Chip, path: MathPath, batch: usize) -> anyhow::Result<Self> {
-        let config = chip.layer_config();
-        let engine = match path {
-            MathPath::Sparse(order) => {
-                let layers: Vec<SparseLayer> = chip
-                    .layers
-                    .iter()
-                    .map(|l| {
-                        let mut s = SparseLayer::new(l, &config).expect("chip layers are linear attention");
-                        s.order = order;
-                        s
-                    })
-                    .collect();
+    pub fn batch(model: &'a ChipModel, batch: usize) -> anyhow::Result<Self> {
+        let config = &model.config;
+        let engine = match &model.layers {
+            ChipLayers::Sparse(layers) => {
                 let states = (0..batch)
-                    .map(|_| layers.iter().map(|_| GdnState::new(&config)).collect())
+                    .map(|_| layers.iter().map(|_| GdnState::new(config)).collect())
                     .collect();
                 Engine::Sparse {
                     layers,
@@ -72,12 +77,11 @@ impl<'a> ChipRunner<'a> {
                     scratch: Scratch::default(),
                 }
             }
-            MathPath::Dense => {
+            ChipLayers::Dense(layers) => {
                 let device = Device::Cpu;
-                let layers: Vec<DenseLayer> = chip
-                    .layers
+                let layers: Vec<DenseLayer> = layers
                     .iter()
-                    .map(|l| DenseLayer::new(l, &config, &device))
+                    .map(|l| DenseLayer::new(l, config, &device))
                     .collect::<Result<_, _>>()?;
                 let states = layers
                     .iter()
@@ -91,7 +95,7 @@ impl<'a> ChipRunner<'a> {
             }
         };
         Ok(Self {
-            chip,
+            model,
             engine,
             batch,
             hidden: Vec::new(),
@@ -111,7 +115,8 @@ impl<'a> ChipRunner<'a> {
             tokens.len(),
             self.batch
         );
-        let mut hidden: Vec<Vec<f32>> = tokens.iter().map(|t| self.chip.residual(t)).collect();
+        let spec = &self.model.spec;
+        let mut hidden: Vec<Vec<f32>> = tokens.iter().map(|t| spec.residual(t)).collect();
         match &mut self.engine {
             Engine::Sparse {
                 layers,
@@ -140,7 +145,7 @@ impl<'a> ChipRunner<'a> {
                 hidden = out.chunks(width).map(|c| c.to_vec()).collect();
             }
         }
-        let next = hidden.iter().map(|h| self.chip.choose(h)).collect();
+        let next = hidden.iter().map(|h| spec.choose(h)).collect();
         self.hidden = hidden;
         Ok(next)
     }
@@ -148,7 +153,7 @@ impl<'a> ChipRunner<'a> {
     /// One GDN memory row of machine 0: the `dv` entries that key row `row` of value head
     /// `head` holds in chip layer `layer`.
     pub fn memory_row(&self, layer: usize, head: usize, row: usize) -> anyhow::Result<Vec<f32>> {
-        let c = &self.chip.base;
+        let c = &self.model.config;
         let (dk, dv) = (c.linear_key_head_dim, c.linear_value_head_dim);
         match &self.engine {
             Engine::Sparse { states, .. } => {
@@ -161,9 +166,29 @@ impl<'a> ChipRunner<'a> {
             },
         }
     }
+}
 
-    /// The value of a chip signal in machine 0's last final residual.
-    pub fn signal(&self, s: inband_circuits::Signal) -> f32 {
-        self.hidden[0][self.chip.layout.dim(s)] / self.chip.layout.scale(s)
+impl PassEngine for ChipRunner<'_> {
+    fn passes(&mut self, inputs: &[ChipToken], max: usize, stop_kinds: &[usize]) -> anyhow::Result<Vec<ChipToken>> {
+        let mut out = Vec::with_capacity(max);
+        let mut token = None;
+        for i in 0..max {
+            let t = match inputs.get(i) {
+                Some(t) => t.clone(),
+                None => token.take().expect("a previous choice"),
+            };
+            let chosen = self.step(&t)?;
+            let stop = i + 1 >= inputs.len() && stop_kinds.contains(&chosen.kind);
+            out.push(chosen.clone());
+            token = Some(chosen);
+            if stop {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    fn memory_row(&self, layer: usize, head: usize, row: usize) -> anyhow::Result<Vec<f32>> {
+        ChipRunner::memory_row(self, layer, head, row)
     }
 }

@@ -3,49 +3,25 @@
 //! and (optionally) check every retired instruction against the golden reference by
 //! reading the registers and RAM out of the GDN state.
 
-use inband_circuits::ChipToken;
 use inband_firmware::memory_map::{RAM_BASE, RAM_SIZE, ROM_BASE, ROM_END};
 use inband_firmware::ProgramImage;
 use inband_golden::decode::{decode, Instruction};
-use inband_golden::{Machine, Step, Trap, TrapCause};
-use inband_qwen35::TextConfig;
+use inband_golden::{Machine, RunEnd, Step, Trap, TrapCause};
 use thiserror::Error;
 
-use super::regs::low;
+use super::low;
 use super::tokens::{kind, nibble, row_digits, row_of, token, CAUSE_EXIT, LINE_WORDS, ROW_PIECES, ROW_SLOTS};
-use super::{circuit, millicode, StateMap};
-use crate::emit::{compile, target_of, Chip, CompileError};
-use crate::runner::{ChipRunner, MathPath};
-
-/// A compiled RV32IM chip and where its state lives.
-pub struct Rv32Chip {
-    pub chip: Chip,
-    pub map: StateMap,
-}
-
-impl Rv32Chip {
-    /// Builds and compiles the chip for a base model config.
-    pub fn build(base: &TextConfig) -> Result<Self, BuildChipError> {
-        let (c, map) = circuit(target_of(base))?;
-        Ok(Self {
-            chip: compile(&c, base)?,
-            map,
-        })
-    }
-}
-
-#[derive(Debug, Error)]
-pub enum BuildChipError {
-    #[error(transparent)]
-    Unfit(#[from] super::Unfit),
-    #[error(transparent)]
-    Compile(#[from] CompileError),
-}
+use super::{Rv32Map, MILLICODE_FIRST_ROW};
+use crate::engine::{ChipRunner, PassEngine};
+use crate::model::ChipModel;
+use crate::token::ChipToken;
 
 #[derive(Debug, Error)]
 pub enum ChipError {
     #[error("the chip's layer math failed: {0}")]
     Math(#[from] anyhow::Error),
+    #[error("the chip {0:?} is not the RV32IM chip (its manifest has no rv32im map)")]
+    NotRv32im(String),
     #[error("the program's entry point {0:#010x} is not an aligned ROM address")]
     Entry(u32),
     #[error("the chip emitted {token:?} where the host expected {expected}")]
@@ -61,17 +37,9 @@ pub enum ChipError {
     },
 }
 
-/// How a chip run ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ChipEnd {
-    Exited(i32),
-    Trapped(Trap),
-    BudgetExhausted { pc: u32 },
-}
-
 /// The ROM rows the chip boots (row, user words): the program's code, and the millicode's
 /// rows (whose upper halves the `bc` token adds from the chip's weights).
-fn rom_rows(image: &ProgramImage) -> Vec<(usize, [u32; ROW_SLOTS])> {
+fn rom_rows(image: &ProgramImage, millicode_rows: usize) -> Vec<(usize, [u32; ROW_SLOTS])> {
     let mut rows = Vec::new();
     let code_rows = (image.code_bytes as usize).div_ceil(4 * ROW_SLOTS);
     for r in 0..code_rows {
@@ -90,8 +58,7 @@ fn rom_rows(image: &ProgramImage) -> Vec<(usize, [u32; ROW_SLOTS])> {
     if !rows.iter().any(|(_, words)| words.iter().any(|w| is_division(*w))) {
         return rows;
     }
-    let millicode_rows = millicode::FIRST_ROW..millicode::FIRST_ROW + millicode::WORDS.len().div_ceil(ROW_SLOTS);
-    for row in millicode_rows {
+    for row in MILLICODE_FIRST_ROW..MILLICODE_FIRST_ROW + millicode_rows {
         if !rows.iter().any(|(r, _)| *r == row) {
             rows.push((row, [0; ROW_SLOTS]));
         }
@@ -112,13 +79,17 @@ fn is_division(word: u32) -> bool {
 /// values are already staged (the same byte of the previous row, the same part of the
 /// previous word) is left out: the state it would write is bit for bit the one there.
 /// Every staging row is written at least once, as the anchored reads need.
-pub fn boot_tokens(image: &ProgramImage) -> Result<Vec<ChipToken>, ChipError> {
-    boot_tokens_with(image, true)
+pub fn boot_tokens(image: &ProgramImage, map: &Rv32Map) -> Result<Vec<ChipToken>, ChipError> {
+    boot_tokens_with(image, map, true)
 }
 
 /// [`boot_tokens`], with `leave_out_staged` false: every staging token sent (what the
 /// test of the leaving-out compares against).
-pub fn boot_tokens_with(image: &ProgramImage, leave_out_staged: bool) -> Result<Vec<ChipToken>, ChipError> {
+pub fn boot_tokens_with(
+    image: &ProgramImage,
+    map: &Rv32Map,
+    leave_out_staged: bool,
+) -> Result<Vec<ChipToken>, ChipError> {
     let mut out = Vec::new();
     let stage = |out: &mut Vec<ChipToken>, staged: &mut Option<ChipToken>, t: ChipToken| {
         if !leave_out_staged || staged.as_ref() != Some(&t) {
@@ -127,7 +98,7 @@ pub fn boot_tokens_with(image: &ProgramImage, leave_out_staged: bool) -> Result<
         }
     };
     let mut staged_pieces: [Option<ChipToken>; ROW_PIECES] = std::array::from_fn(|_| None);
-    for (row, words) in rom_rows(image) {
+    for (row, words) in rom_rows(image, map.millicode_rows) {
         for (p, staged) in staged_pieces.iter_mut().enumerate() {
             let e = 2 * p;
             let nib = |e: usize| nibble(words[e / 8], e % 8);
@@ -198,49 +169,20 @@ pub struct RunCounts {
     pub boot_passes: u64,
 }
 
-/// Something that runs chip passes: the CPU layer math, or the GPU engine.
-pub trait PassEngine {
-    /// Runs passes that consume `inputs` in order and then the engine's own choices,
-    /// until `max` passes ran or, once the inputs are used up, a chosen token's kind is
-    /// in `stop_kinds`. Returns the token chosen by each pass.
-    fn passes(&mut self, inputs: &[ChipToken], max: usize, stop_kinds: &[usize]) -> anyhow::Result<Vec<ChipToken>>;
-    /// One GDN memory row (`dv` entries): key row `row` of value head `head` of chip layer `layer`.
-    fn memory_row(&self, layer: usize, head: usize, row: usize) -> anyhow::Result<Vec<f32>>;
-    /// How many passes to run ahead of the host when nothing is being verified (1: none;
-    /// then a run that stops at its instruction budget can be continued exactly).
-    fn lookahead(&self) -> usize {
-        1
-    }
-}
+/// How far from a level (in levels) a RAM entry may read before it is reported as no
+/// level at all: loads carry levels within 2·10⁻⁴, so a tenth is far outside rounding.
+const LEVEL_TOLERANCE: f32 = 0.1;
 
-impl PassEngine for ChipRunner<'_> {
-    fn passes(&mut self, inputs: &[ChipToken], max: usize, stop_kinds: &[usize]) -> anyhow::Result<Vec<ChipToken>> {
-        let mut out = Vec::with_capacity(max);
-        let mut token = None;
-        for i in 0..max {
-            let t = match inputs.get(i) {
-                Some(t) => t.clone(),
-                None => token.take().expect("a previous choice"),
-            };
-            let chosen = self.step(&t)?;
-            let stop = i + 1 >= inputs.len() && stop_kinds.contains(&chosen.kind);
-            out.push(chosen.clone());
-            token = Some(chosen);
-            if stop {
-                break;
-            }
-        }
-        Ok(out)
-    }
+/// Boot tokens handed to the engine at once.
+const BOOT_CHUNK: usize = 4096;
 
-    fn memory_row(&self, layer: usize, head: usize, row: usize) -> anyhow::Result<Vec<f32>> {
-        ChipRunner::memory_row(self, layer, head, row)
-    }
-}
+/// Instructions between the full-RAM comparisons of `--verify`.
+const RAM_CHECK_INTERVAL: u64 = 4096;
 
 /// A program booted in a chip.
 pub struct ChipMachine<'a> {
-    chip: &'a Rv32Chip,
+    model: &'a ChipModel,
+    map: &'a Rv32Map,
     runner: Box<dyn PassEngine + 'a>,
     /// Tokens the engine chose ahead of the host (each consumed by the engine already).
     ahead: std::collections::VecDeque<ChipToken>,
@@ -257,25 +199,31 @@ pub struct ChipMachine<'a> {
 }
 
 impl<'a> ChipMachine<'a> {
-    /// Boots `image` on the CPU layer math (`path`): runs the boot prefill through the chip.
-    pub fn boot(chip: &'a Rv32Chip, image: &ProgramImage, path: MathPath) -> Result<Self, ChipError> {
-        let runner = ChipRunner::new(&chip.chip, path)?;
-        Self::boot_on(chip, Box::new(runner), image)
+    /// Boots `image` on the CPU engine: runs the boot prefill through the chip.
+    pub fn boot(model: &'a ChipModel, image: &ProgramImage) -> Result<Self, ChipError> {
+        let runner = ChipRunner::new(model)?;
+        Self::boot_on(model, Box::new(runner), image)
     }
 
-    /// Boots `image` on any pass engine running `chip`'s layers.
+    /// Boots `image` on any pass engine running `model`'s layers.
     pub fn boot_on(
-        chip: &'a Rv32Chip,
+        model: &'a ChipModel,
         mut runner: Box<dyn PassEngine + 'a>,
         image: &ProgramImage,
     ) -> Result<Self, ChipError> {
-        let mut tokens = boot_tokens(image)?;
+        let map = model
+            .manifest
+            .rv32im
+            .as_ref()
+            .ok_or_else(|| ChipError::NotRv32im(model.manifest.chip.clone()))?;
+        let mut tokens = boot_tokens(image, map)?;
         let last = tokens.pop().expect("boot ends with x");
-        for chunk in tokens.chunks(4096) {
+        for chunk in tokens.chunks(BOOT_CHUNK) {
             runner.passes(chunk, chunk.len(), &[])?;
         }
         Ok(Self {
-            chip,
+            model,
+            map,
             runner,
             ahead: Default::default(),
             image: image.clone(),
@@ -299,14 +247,14 @@ impl<'a> ChipMachine<'a> {
     /// image), checks pc and registers after every retired instruction, the stored line
     /// after every store and all of RAM every 4096 instructions, and stops at the first
     /// difference.
-    pub fn run(&mut self, budget: u64, mut golden: Option<&mut Machine>) -> Result<ChipEnd, ChipError> {
+    pub fn run(&mut self, budget: u64, mut golden: Option<&mut Machine>) -> Result<RunEnd, ChipError> {
         let limit = self.counts.retired.saturating_add(budget);
         loop {
             let tok = self.next.clone();
             let start = started_slot(&tok);
             let (new_row, in_millicode) = match tok.kind {
                 kind::X => (row_of(tok.values[0], tok.values[1], tok.values[2]), false),
-                kind::XM => (millicode::FIRST_ROW + tok.values[0], true),
+                kind::XM => (MILLICODE_FIRST_ROW + tok.values[0], true),
                 _ => (self.base_row, self.in_millicode),
             };
             let user_start = start.filter(|_| !in_millicode);
@@ -325,7 +273,7 @@ impl<'a> ChipMachine<'a> {
                 }
                 if self.counts.retired >= limit {
                     self.in_flight = None;
-                    return Ok(ChipEnd::BudgetExhausted {
+                    return Ok(RunEnd::BudgetExhausted {
                         pc: Self::pc_of(new_row, slot),
                     });
                 }
@@ -394,7 +342,7 @@ impl<'a> ChipMachine<'a> {
     }
 
     /// A `t` token: read its value (when it has one) and end the run.
-    fn finish(&mut self, cause: usize, golden: Option<&mut Machine>) -> Result<ChipEnd, ChipError> {
+    fn finish(&mut self, cause: usize, golden: Option<&mut Machine>) -> Result<RunEnd, ChipError> {
         let pc = self.in_flight.ok_or(ChipError::Protocol {
             token: token(kind::T, &[cause]),
             expected: "a trap inside an instruction",
@@ -422,7 +370,7 @@ impl<'a> ChipMachine<'a> {
         let end = match cause {
             CAUSE_EXIT => {
                 self.counts.retired += 1;
-                ChipEnd::Exited(value as i32)
+                RunEnd::Exited(value as i32)
             }
             1 => {
                 // The jump (or the last instruction of the ROM) retires; the fetch after it fails.
@@ -432,23 +380,17 @@ impl<'a> ChipMachine<'a> {
                     Some(Instruction::Jal { .. } | Instruction::Jalr { .. } | Instruction::Branch { .. })
                 );
                 let at = if is_jump { value } else { pc.wrapping_add(4) };
-                ChipEnd::Trapped(Trap {
+                RunEnd::Trapped(Trap {
                     pc: at,
                     cause: TrapCause::InstructionAccessFault,
                 })
             }
             _ => {
-                let cause = match cause {
-                    0 => TrapCause::InstructionAddressMisaligned { target: value },
-                    2 => TrapCause::IllegalInstruction { word },
-                    3 => TrapCause::Breakpoint,
-                    4 => TrapCause::LoadAddressMisaligned { addr: value },
-                    5 => TrapCause::LoadAccessFault { addr: value },
-                    6 => TrapCause::StoreAddressMisaligned { addr: value },
-                    7 => TrapCause::StoreAccessFault { addr: value },
-                    _ => TrapCause::EnvironmentCall,
-                };
-                ChipEnd::Trapped(Trap { pc, cause })
+                let cause = TrapCause::from_code(cause as u32, value, word).ok_or(ChipError::Protocol {
+                    token: token(kind::T, &[cause]),
+                    expected: "a trap cause 0..8 or the exit",
+                })?;
+                RunEnd::Trapped(Trap { pc, cause })
             }
         };
         if let Some(g) = golden {
@@ -457,20 +399,20 @@ impl<'a> ChipMachine<'a> {
         Ok(end)
     }
 
-    fn check_end(&mut self, g: &mut Machine, end: ChipEnd) -> Result<(), ChipError> {
+    fn check_end(&mut self, g: &mut Machine, end: RunEnd) -> Result<(), ChipError> {
         let mismatch = |diff: String| ChipError::Mismatch {
             retired: self.counts.retired,
             diff,
         };
         let golden_end = match g.step() {
-            Ok(Step::Exited(code)) => ChipEnd::Exited(code),
+            Ok(Step::Exited(code)) => RunEnd::Exited(code),
             Ok(Step::Retired) => match g.step() {
                 Err(trap) => {
                     let regs = self.registers()?;
                     if regs != g.regs {
                         return Err(mismatch(register_diff(&g.regs, &regs)));
                     }
-                    ChipEnd::Trapped(trap)
+                    RunEnd::Trapped(trap)
                 }
                 Ok(_) => {
                     return Err(mismatch(format!(
@@ -479,7 +421,7 @@ impl<'a> ChipMachine<'a> {
                     )))
                 }
             },
-            Err(trap) => ChipEnd::Trapped(trap),
+            Err(trap) => RunEnd::Trapped(trap),
         };
         if golden_end != end {
             return Err(mismatch(format!(
@@ -536,7 +478,7 @@ impl<'a> ChipMachine<'a> {
 
     /// After a store retires, its line; every 4096 instructions, all of RAM.
     fn check_memory(&self, g: &Machine, stored: Option<usize>) -> Result<(), ChipError> {
-        let lines = if self.counts.retired.is_multiple_of(4096) {
+        let lines = if self.counts.retired.is_multiple_of(RAM_CHECK_INTERVAL) {
             0..(RAM_SIZE as usize) / (4 * LINE_WORDS)
         } else if let Some(line) = stored {
             line..line + 1
@@ -563,36 +505,42 @@ impl<'a> ChipMachine<'a> {
         Ok(())
     }
 
+    /// Row `row` of one-hot memory `memory` (an index into the manifest's memories),
+    /// over all value heads of its key head: which entries are set (above half of
+    /// `bit_on`, far from both ±bit_on).
     fn memory_row(&self, memory: usize, row: usize) -> Result<Vec<bool>, ChipError> {
-        let (layer, head) = self.chip.chip.schedule.memory_place[memory];
-        let group = self.chip.chip.base.value_heads_per_key_head();
+        let place = &self.model.manifest.memories[memory];
+        let group = self.model.config.value_heads_per_key_head();
+        let threshold = self.map.bit_on / 2.0;
         let mut entries = Vec::new();
         for sub in 0..group {
-            let r = self.runner.memory_row(layer, head * group + sub, row)?;
-            entries.extend(r.iter().map(|v| *v > 64.0));
+            let r = self
+                .runner
+                .memory_row(place.layer, place.first_key_head * group + sub, row)?;
+            entries.extend(r.iter().map(|v| *v > threshold));
         }
         Ok(entries)
     }
 
     /// The user registers x0..x31, read from the register file's state.
     pub fn registers(&self) -> Result<[u32; 32], ChipError> {
-        let m = self.chip.map.regs;
+        let m = self.map;
         let mut regs = [0u32; 32];
         for (r, reg) in regs.iter_mut().enumerate() {
-            let lo = self.memory_row(m.low, r)?;
-            let u34 = self.memory_row(m.up34, r)?;
-            let u567 = self.memory_row(m.up567, r)?;
+            let lo = self.memory_row(m.regs_low, r)?;
+            let u34 = self.memory_row(m.regs_up34, r)?;
+            let u567 = self.memory_row(m.regs_up567, r)?;
             let nib = |e: &[bool], off: usize| (1..16).find(|v| e[off + v]).unwrap_or(0) as u32;
             let (sneg, lones, link) = (lo[low::SNEG], lo[low::LONES], lo[low::LINK]);
             let fill = |ones: bool| if ones { 15 } else { 0 };
             let mut v = [0u32; 8];
-            for j in 0..3 {
-                v[j] = nib(&lo, 16 * j);
+            for (j, n) in v.iter_mut().take(3).enumerate() {
+                *n = nib(&lo, low::NIBBLES + 16 * j);
             }
             v[3] = nib(&u34, 0) + nib(&lo, low::LINK_N3) + fill(sneg);
             v[4] = nib(&u34, 16) + u32::from(link) + fill(sneg);
-            for j in 0..3 {
-                v[5 + j] = nib(&u567, 16 * j) + fill(sneg || lones);
+            for (j, n) in v.iter_mut().skip(5).enumerate() {
+                *n = nib(&u567, 16 * j) + fill(sneg || lones);
             }
             *reg = v.iter().enumerate().fold(0, |w, (j, n)| w | (n & 15) << (4 * j));
         }
@@ -604,16 +552,18 @@ impl<'a> ChipMachine<'a> {
     /// entry more than a tenth of a level off is reported, not rounded).
     pub fn ram_line(&self, line: usize) -> Result<[u32; LINE_WORDS], ChipError> {
         let [bank, head, rhi, rlo] = line_digits(line);
-        let (layer, first) = self.chip.chip.schedule.memory_place[self.chip.map.ram[bank]];
-        let group = self.chip.chip.base.value_heads_per_key_head();
-        let row = self.runner.memory_row(layer, (first + head) * group, rhi << 4 | rlo)?;
-        let unit = inband_circuits::contract::LEVEL_UNIT as f32;
+        let place = &self.model.manifest.memories[self.map.ram_banks[bank]];
+        let group = self.model.config.value_heads_per_key_head();
+        let row = self
+            .runner
+            .memory_row(place.layer, (place.first_key_head + head) * group, rhi << 4 | rlo)?;
+        let unit = self.map.level_unit;
         let mut words = [0u32; LINE_WORDS];
         for (k, w) in words.iter_mut().enumerate() {
             for j in 0..8 {
                 let level = row[8 * k + j] / unit;
                 let nearest = level.round().clamp(0.0, 15.0);
-                if (level - nearest).abs() > 0.1 {
+                if (level - nearest).abs() > LEVEL_TOLERANCE {
                     return Err(ChipError::Mismatch {
                         retired: self.counts.retired,
                         diff: format!(
@@ -643,6 +593,15 @@ fn register_diff(golden: &[u32; 32], chip: &[u32; 32]) -> String {
 mod tests {
     use super::*;
     use crate::rv32im::tokens::NEXT_ROW;
+
+    #[test]
+    fn trap_codes_round_trip() {
+        for code in 0..9 {
+            let cause = TrapCause::from_code(code, 0x40, 0x13).expect("a bare-metal cause");
+            assert_eq!(cause.code(), code);
+        }
+        assert_eq!(TrapCause::from_code(CAUSE_EXIT as u32, 0, 0), None);
+    }
 
     #[test]
     fn divisions_are_recognised() {

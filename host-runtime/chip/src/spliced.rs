@@ -3,8 +3,8 @@
 
 use std::collections::BTreeMap;
 
+use crate::pack::{residual_axis, Manifest, ResidualAxis, FORMAT_VERSION};
 use inband_qwen35::config::{Architecture, LayerType};
-use inband_weightgen::pack::{residual_axis, Manifest, ResidualAxis};
 use serde::{Deserialize, Serialize};
 
 /// Version of the `inband` section written into config.json.
@@ -48,10 +48,19 @@ pub struct InbandSection {
 }
 
 impl InbandSection {
+    /// The section of a config.json; None when there is none. A chip spliced from a
+    /// pack of another format version is refused with what to do about it.
     pub fn from_config(config: &serde_json::Value) -> Option<Result<Self, String>> {
-        config
-            .get("inband")
-            .map(|v| serde_json::from_value(v.clone()).map_err(|e| format!("inband section: {e}")))
+        let section = config.get("inband")?;
+        let version = section.pointer("/manifest/format_version").and_then(|v| v.as_u64());
+        if version != Some(u64::from(FORMAT_VERSION)) {
+            return Some(Err(format!(
+                "the chip in this checkpoint comes from a version {} chip pack; this build reads version \
+                 {FORMAT_VERSION}: make a new pack with this `weightgen` and splice it into the base again",
+                version.map_or("(unknown)".to_string(), |v| v.to_string())
+            )));
+        }
+        Some(serde_json::from_value(section.clone()).map_err(|e| format!("inband section: {e}")))
     }
 
     pub fn width(&self) -> usize {

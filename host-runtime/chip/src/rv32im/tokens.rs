@@ -29,14 +29,14 @@
 //! The pc is `ROM_BASE + 32·row + 4·slot`: the row lives in the chip's `pc_base` memory
 //! (written by `x` and `xm`), the slot travels in every token that starts an instruction. Slot 8
 //! means "the next row, slot 0": the pass that consumes it only moves the pc (`x`).
-//! Millicode shares the pcs of the ROM's last head's first rows (see [`super::millicode`]);
+//! Millicode shares the pcs of the ROM's last head's first rows (`weightgen`'s `rv32im::millicode`);
 //! `xm` instead of `x` says the pc is in millicode.
 //!
-//! A line fill (see [`super::mem`]) costs two passes, plus one per zero word but the last
+//! A line fill (`weightgen`'s `rv32im::mem`) costs two passes, plus one per zero word but the last
 //! and three per other word (`w1 w2 f3`): a missing store is fetched again by every fill pass (its
 //! slot rides in `fslot`), so each pass knows the line without a memory of its own.
 
-use inband_circuits::{ChipToken, FieldDef, KindDef, TokenSpec};
+use crate::token::{ChipToken, FieldDef, KindDef, TokenSpec};
 
 /// Field indices (the order of [`spec`]'s fields).
 pub mod field {

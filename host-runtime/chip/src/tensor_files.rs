@@ -1,7 +1,8 @@
 //! Reading a checkpoint's safetensors without mapping it: headers are parsed and
 //! checked up front (a truncated or malformed shard is refused before anything is
 //! written), tensor bytes are read with positioned reads in bounded chunks, so resident
-//! memory stays small however large the checkpoint.
+//! memory stays small however large the checkpoint. Every tool reads safetensors
+//! through [`TensorFiles`] (or validates with it first), so one set of checks applies.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -11,7 +12,16 @@ use std::path::{Path, PathBuf};
 use inband_qwen35::checkpoint::{INDEX_FILE, SINGLE_FILE};
 use safetensors::Dtype;
 
-use crate::SurgeryError;
+use thiserror::Error;
+
+/// Why tensors could not be read.
+#[derive(Debug, Error)]
+pub enum ReadError {
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("{0}")]
+    Invalid(String),
+}
 
 /// Where one tensor's bytes are.
 #[derive(Debug, Clone, PartialEq)]
@@ -59,19 +69,19 @@ pub fn element_size(dtype: Dtype) -> usize {
     }
 }
 
-fn invalid(path: &Path, message: impl Into<String>) -> SurgeryError {
-    SurgeryError::Invalid(format!("{}: {}", path.display(), message.into()))
+fn invalid(path: &Path, message: impl Into<String>) -> ReadError {
+    ReadError::Invalid(format!("{}: {}", path.display(), message.into()))
 }
 
 /// Parses one shard's header, checking that the file holds every byte it promises.
-fn read_header(path: &Path, file_index: usize) -> Result<(File, Vec<(String, TensorEntry)>), SurgeryError> {
-    let file = File::open(path).map_err(|source| SurgeryError::Io {
+fn read_header(path: &Path, file_index: usize) -> Result<(File, Vec<(String, TensorEntry)>), ReadError> {
+    let file = File::open(path).map_err(|source| ReadError::Io {
         path: path.to_path_buf(),
         source,
     })?;
     let size = file
         .metadata()
-        .map_err(|source| SurgeryError::Io {
+        .map_err(|source| ReadError::Io {
             path: path.to_path_buf(),
             source,
         })?
@@ -87,7 +97,7 @@ fn read_header(path: &Path, file_index: usize) -> Result<(File, Vec<(String, Ten
         ));
     }
     let mut header = vec![0u8; header_len as usize];
-    file.read_exact_at(&mut header, 8).map_err(|source| SurgeryError::Io {
+    file.read_exact_at(&mut header, 8).map_err(|source| ReadError::Io {
         path: path.to_path_buf(),
         source,
     })?;
@@ -124,19 +134,23 @@ fn read_header(path: &Path, file_index: usize) -> Result<(File, Vec<(String, Ten
             (Some(a), Some(b)) if a <= b => (a, b),
             _ => return Err(bad()),
         };
-        let expected = shape.iter().product::<usize>() as u64 * element_size(dtype) as u64;
+        let expected = shape
+            .iter()
+            .try_fold(element_size(dtype) as u64, |n, d| n.checked_mul(*d as u64))
+            .ok_or_else(|| invalid(path, format!("tensor {name}: shape {shape:?} is too large")))?;
         if b - a != expected {
             return Err(invalid(
                 path,
                 format!("tensor {name}: {} bytes for shape {shape:?}", b - a),
             ));
         }
-        if data_start + b > size {
+        // Offsets near 2^64 must not wrap around the file-size check.
+        if data_start.checked_add(b).is_none_or(|end| end > size) {
             return Err(invalid(
                 path,
                 format!(
                     "truncated: tensor {name} ends at byte {} but the file has {size}",
-                    data_start + b
+                    data_start as u128 + b as u128
                 ),
             ));
         }
@@ -151,15 +165,40 @@ fn read_header(path: &Path, file_index: usize) -> Result<(File, Vec<(String, Ten
             },
         ));
     }
+    check_layout(path, &out, data_start, size)?;
     Ok((file, out))
+}
+
+/// The data section must be the tensors laid end to end: no two tensors share a byte,
+/// and no bytes lie between or after them (as the safetensors format requires).
+fn check_layout(path: &Path, entries: &[(String, TensorEntry)], data_start: u64, size: u64) -> Result<(), ReadError> {
+    let mut spans: Vec<(u64, u64, &str)> = entries.iter().map(|(n, e)| (e.start, e.end, n.as_str())).collect();
+    spans.sort();
+    let mut end = data_start;
+    for (start, stop, name) in spans {
+        if start < end {
+            return Err(invalid(path, format!("tensor {name} overlaps another tensor's bytes")));
+        }
+        if start > end {
+            return Err(invalid(
+                path,
+                format!("{} unused bytes before tensor {name}", start - end),
+            ));
+        }
+        end = stop;
+    }
+    if end != size {
+        return Err(invalid(path, format!("{} bytes after the last tensor", size - end)));
+    }
+    Ok(())
 }
 
 impl TensorFiles {
     /// Opens every shard of the checkpoint in `dir`.
-    pub fn open(dir: &Path) -> Result<Self, SurgeryError> {
+    pub fn open(dir: &Path) -> Result<Self, ReadError> {
         let index_path = dir.join(INDEX_FILE);
         let (names, indexed): (Vec<String>, bool) = if index_path.is_file() {
-            let text = std::fs::read_to_string(&index_path).map_err(|source| SurgeryError::Io {
+            let text = std::fs::read_to_string(&index_path).map_err(|source| ReadError::Io {
                 path: index_path.clone(),
                 source,
             })?;
@@ -201,7 +240,7 @@ impl TensorFiles {
     }
 
     /// Opens one safetensors file (a chip pack's chip.safetensors, the saved base norms).
-    pub fn open_single(path: &Path) -> Result<Self, SurgeryError> {
+    pub fn open_single(path: &Path) -> Result<Self, ReadError> {
         let (file, entries) = read_header(path, 0)?;
         let name = path
             .file_name()
@@ -216,25 +255,25 @@ impl TensorFiles {
         })
     }
 
-    pub fn get(&self, name: &str) -> Result<&TensorEntry, SurgeryError> {
+    pub fn get(&self, name: &str) -> Result<&TensorEntry, ReadError> {
         self.tensors
             .get(name)
-            .ok_or_else(|| SurgeryError::Invalid(format!("checkpoint has no tensor {name}")))
+            .ok_or_else(|| ReadError::Invalid(format!("checkpoint has no tensor {name}")))
     }
 
     /// Reads bytes [from, to) of a tensor's data.
-    pub fn read(&self, entry: &TensorEntry, from: u64, to: u64, buf: &mut Vec<u8>) -> Result<(), SurgeryError> {
+    pub fn read(&self, entry: &TensorEntry, from: u64, to: u64, buf: &mut Vec<u8>) -> Result<(), ReadError> {
         let (path, file) = &self.files[entry.file];
         buf.resize((to - from) as usize, 0);
         file.read_exact_at(buf, entry.start + from)
-            .map_err(|source| SurgeryError::Io {
+            .map_err(|source| ReadError::Io {
                 path: path.clone(),
                 source,
             })
     }
 
     /// A whole tensor's bytes (for small tensors only).
-    pub fn bytes(&self, name: &str) -> Result<Vec<u8>, SurgeryError> {
+    pub fn bytes(&self, name: &str) -> Result<Vec<u8>, ReadError> {
         let e = self.get(name)?;
         let mut buf = Vec::new();
         self.read(e, 0, e.end - e.start, &mut buf)?;
@@ -242,9 +281,9 @@ impl TensorFiles {
     }
 
     /// A whole tensor as f32 values (for small tensors only).
-    pub fn f32s(&self, name: &str) -> Result<Vec<f32>, SurgeryError> {
+    pub fn f32s(&self, name: &str) -> Result<Vec<f32>, ReadError> {
         let e = self.get(name)?;
         inband_qwen35::checkpoint::to_f32(e.dtype, &self.bytes(name)?)
-            .map_err(|m| SurgeryError::Invalid(format!("tensor {name}: {m}")))
+            .map_err(|m| ReadError::Invalid(format!("tensor {name}: {m}")))
     }
 }

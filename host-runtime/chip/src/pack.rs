@@ -1,0 +1,223 @@
+//! The chip pack: what weightgen emits and weight-surgery splices.
+//!
+//! A folder with
+//! - `chip.safetensors`: `layers.{i}.{name}` (Qwen3.5 layer tensor names; residual axes
+//!   cut to the chip's dimensions, inner axes at the base model's full size),
+//!   `embed_tokens` [chip tokens, chip dims], `final_norm` [chip dims];
+//! - `manifest.json`: format version, the base config it fits, the residual layout,
+//!   the token map, figures and the SHA-256 of every file;
+//! - `report.txt`: the allocation report.
+//!
+//! This module is the format and its reader: the compiler (`weightgen`) writes packs
+//! through these types, `weight-surgery` splices them, and the runtime reads the
+//! manifest back out of a spliced checkpoint's config.json. The manifest holds all a
+//! host needs to drive the chip (token map, residual layout, where every memory
+//! lives); nothing is rebuilt from the compiler.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use inband_qwen35::TextConfig;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use thiserror::Error;
+
+use crate::rv32im::Rv32Map;
+use crate::token::TokenSpec;
+
+pub const FORMAT: &str = "inband-chip-pack";
+/// 2: the manifest says where every memory lives and what the RV32IM host needs.
+pub const FORMAT_VERSION: u32 = 2;
+pub const TENSORS_FILE: &str = "chip.safetensors";
+pub const MANIFEST_FILE: &str = "manifest.json";
+pub const REPORT_FILE: &str = "report.txt";
+
+#[derive(Debug, Error)]
+pub enum PackError {
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("{path}: {message}")]
+    Invalid { path: PathBuf, message: String },
+    #[error("{file} does not match its SHA-256 in the manifest (the pack is damaged or was edited)")]
+    Hash { file: String },
+    #[error("the chip pack was built for {pack} but the checkpoint is {base}; rebuild it with `weightgen --base <checkpoint>`")]
+    BaseMismatch { pack: String, base: String },
+}
+
+/// Maps an I/O error on `path` into a [`PackError`].
+pub fn io(path: &Path) -> impl FnOnce(std::io::Error) -> PackError + '_ {
+    move |source| PackError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// How a layer tensor's axes relate to the residual stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResidualAxis {
+    /// A [H] vector over the residual (the zero-centred norms).
+    Vector,
+    /// A matrix reading the residual: its columns are residual dimensions.
+    Columns,
+    /// A matrix writing the residual: its rows are residual dimensions.
+    Rows,
+    /// No residual axis (conv taps, A_log, dt_bias, the gated-norm weight).
+    None,
+}
+
+/// The residual axis of a decoder-layer tensor, by its name relative to the layer.
+pub fn residual_axis(name: &str) -> ResidualAxis {
+    match name {
+        "input_layernorm.weight" | "post_attention_layernorm.weight" => ResidualAxis::Vector,
+        "linear_attn.out_proj.weight" | "self_attn.o_proj.weight" | "mlp.down_proj.weight" => ResidualAxis::Rows,
+        n if n.starts_with("linear_attn.in_proj_")
+            || n.starts_with("self_attn.q_proj")
+            || n.starts_with("self_attn.k_proj")
+            || n.starts_with("self_attn.v_proj")
+            || n == "mlp.gate_proj.weight"
+            || n == "mlp.up_proj.weight" =>
+        {
+            ResidualAxis::Columns
+        }
+        _ => ResidualAxis::None,
+    }
+}
+
+/// The base-config fields a pack must match.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BaseFit {
+    pub hidden_size: usize,
+    pub intermediate_size: usize,
+    pub linear_num_key_heads: usize,
+    pub linear_num_value_heads: usize,
+    pub linear_key_head_dim: usize,
+    pub linear_value_head_dim: usize,
+    pub linear_conv_kernel_dim: usize,
+    pub rms_norm_eps: f64,
+}
+
+impl BaseFit {
+    pub fn of(c: &TextConfig) -> Self {
+        Self {
+            hidden_size: c.hidden_size,
+            intermediate_size: c.intermediate_size,
+            linear_num_key_heads: c.linear_num_key_heads,
+            linear_num_value_heads: c.linear_num_value_heads,
+            linear_key_head_dim: c.linear_key_head_dim,
+            linear_value_head_dim: c.linear_value_head_dim,
+            linear_conv_kernel_dim: c.linear_conv_kernel_dim,
+            rms_norm_eps: c.rms_norm_eps,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileDigest {
+    pub sha256: String,
+    pub bytes: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Figures {
+    pub nonzero_weights: usize,
+    pub mlp_neurons: usize,
+    pub key_heads: usize,
+    pub non_bf16_weights: usize,
+}
+
+/// Where one GDN memory of the chip lives: its layer and key heads.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemoryPlace {
+    pub name: String,
+    pub layer: usize,
+    pub first_key_head: usize,
+    pub key_heads: usize,
+}
+
+/// manifest.json.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    pub format: String,
+    pub format_version: u32,
+    pub chip: String,
+    pub generator: String,
+    pub base: BaseFit,
+    /// The config of the chip layers alone: the base's, at the full residual width
+    /// (base + chip dims), every layer linear attention.
+    pub layer_config: TextConfig,
+    pub chip_layers: usize,
+    pub chip_dims: usize,
+    /// The residual's mean square is 4^norm_exponent.
+    pub norm_exponent: i32,
+    /// (chip dimension, value) of each anchor.
+    pub anchors: Vec<(usize, f32)>,
+    pub tokens: TokenSpec,
+    pub chip_vocab: usize,
+    /// Chip dimension of each token kind's indicator.
+    pub kind_dims: Vec<usize>,
+    /// Chip dimensions of each field's values.
+    pub field_dims: Vec<Vec<usize>>,
+    /// Name of every chip dimension.
+    pub dims: Vec<String>,
+    /// Storage dtype of every tensor in chip.safetensors.
+    pub dtype: String,
+    pub figures: Figures,
+    pub files: BTreeMap<String, FileDigest>,
+    /// Every GDN memory of the chip, in the circuit's order.
+    pub memories: Vec<MemoryPlace>,
+    /// What a host needs to drive the RV32IM chip (absent for other chips).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rv32im: Option<Rv32Map>,
+}
+
+impl Manifest {
+    /// The chip's identity: the SHA-256 of its tensors as the pack stores them.
+    pub fn identity(&self) -> Option<&str> {
+        self.files.get(TENSORS_FILE).map(|d| d.sha256.as_str())
+    }
+
+    /// Refuses a base config the pack was not built for.
+    pub fn check_base(&self, base: &TextConfig) -> Result<(), PackError> {
+        let fit = BaseFit::of(base);
+        if fit != self.base {
+            return Err(PackError::BaseMismatch {
+                pack: format!("{:?}", self.base),
+                base: format!("{fit:?}"),
+            });
+        }
+        Ok(())
+    }
+}
+
+pub fn sha256_file(path: &Path) -> Result<FileDigest, PackError> {
+    let bytes = std::fs::read(path).map_err(io(path))?;
+    Ok(FileDigest {
+        sha256: format!("{:x}", Sha256::digest(&bytes)),
+        bytes: bytes.len() as u64,
+    })
+}
+
+/// Reads a pack's manifest and checks every file against its hash.
+pub fn open_pack(dir: &Path) -> Result<Manifest, PackError> {
+    let path = dir.join(MANIFEST_FILE);
+    let text = std::fs::read_to_string(&path).map_err(io(&path))?;
+    let manifest: Manifest = serde_json::from_str(&text).map_err(|e| PackError::Invalid {
+        path: path.clone(),
+        message: format!("not a chip manifest: {e}"),
+    })?;
+    if manifest.format != FORMAT || manifest.format_version != FORMAT_VERSION {
+        return Err(PackError::Invalid {
+            path,
+            message: format!(
+                "format {} version {} (this build reads {FORMAT} version {FORMAT_VERSION})",
+                manifest.format, manifest.format_version
+            ),
+        });
+    }
+    for (file, digest) in &manifest.files {
+        if sha256_file(&dir.join(file))? != *digest {
+            return Err(PackError::Hash { file: file.clone() });
+        }
+    }
+    Ok(manifest)
+}

@@ -1,0 +1,47 @@
+//! The RV32IM chip's side of the interface: its token format ([`tokens`]), where its
+//! architectural state lives ([`Rv32Map`], carried in the pack manifest) and the host
+//! protocol that boots programs, feeds tokens back and reads state out ([`machine`]).
+
+pub mod machine;
+pub mod tokens;
+
+use serde::{Deserialize, Serialize};
+
+/// The ROM row the millicode starts in: the first row of the ROM's last head (an `xm`
+/// token's row is this plus its `rlo` digit).
+pub const MILLICODE_FIRST_ROW: usize = 15 * 128;
+
+/// Entries of a register's `low` memory row (the register file keeps nibbles 0..2, the
+/// sign and link flags there; nibbles 3..7 in the `up34` and `up567` memories).
+pub mod low {
+    /// Nibble j (0..2) value v at entry 16j + v.
+    pub const NIBBLES: usize = 0;
+    pub const SPOS: usize = 48;
+    pub const SNEG: usize = 49;
+    pub const LZERO: usize = 50;
+    pub const LONES: usize = 51;
+    pub const LH: usize = 52;
+    pub const LINK: usize = 53;
+    /// Link nibble 3 value v at entry 54 + v.
+    pub const LINK_N3: usize = 54;
+}
+
+/// Where the RV32IM chip keeps what a host reads back, and how it is coded: memory
+/// indices point into the manifest's `memories`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Rv32Map {
+    /// The register file (the rs1 port's memories; every port holds the same rows):
+    /// nibbles 0..2 with the sign and link flags ([`low`]), nibbles 3..4, nibbles 5..7.
+    pub regs_low: usize,
+    pub regs_up34: usize,
+    pub regs_up567: usize,
+    /// RAM banks in bank order.
+    pub ram_banks: Vec<usize>,
+    /// ROM rows the millicode occupies from [`MILLICODE_FIRST_ROW`] (booted when a
+    /// program divides).
+    pub millicode_rows: usize,
+    /// A one-hot memory entry reads +bit_on when set and −bit_on when clear.
+    pub bit_on: f32,
+    /// A level-coded entry (a RAM nibble) holds level × level_unit.
+    pub level_unit: f32,
+}
