@@ -539,6 +539,7 @@ fn run_chip(
     verify: bool,
     trace: Option<&std::path::Path>,
 ) -> ExitCode {
+    let opening = Instant::now();
     let chip = match source.open() {
         Ok(chip) => chip,
         Err(e) => {
@@ -546,6 +547,7 @@ fn run_chip(
             return ExitCode::from(status::BUILD_OR_LOAD_FAILED);
         }
     };
+    let open_seconds = opening.elapsed().as_secs_f64();
     let mut stdout = std::io::stdout().lock();
     let run = match vm::run(&chip, device, image, budget, verify, trace, &mut stdout) {
         Ok(run) => run,
@@ -561,6 +563,11 @@ fn run_chip(
     let (code, exit_text) = end_status(run.end, budget);
     if stats {
         let c = run.counts;
+        eprintln!(
+            "chip: read in {open_seconds:.2} s, its engine ready {:.2} s later ({} layers, nothing compiled)",
+            run.engine_seconds,
+            chip.layer_count()
+        );
         eprintln!(
             "boot: {} forward passes in {:.1} s; run: {:.3} forward passes per instruction{}",
             c.boot_passes,

@@ -51,6 +51,6 @@ impl SplicedModel {
                 self.section.chip
             );
         }
-        ChipModel::from_checkpoint(&self.checkpoint, &self.section, &self.base)
+        ChipModel::from_checkpoint(&self.checkpoint.dir, &self.section, &self.base)
     }
 }

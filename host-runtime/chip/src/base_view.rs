@@ -7,12 +7,21 @@ use std::io::Write;
 use std::path::Path;
 
 use crate::pack::{residual_axis, ResidualAxis};
-use crate::spliced::{classify, is_residual_norm, InbandSection, TextTensor, BASE_NORMS};
+use crate::spliced::{classify, is_residual_norm, BaseShape, TextTensor, BASE_NORMS};
 use crate::tensor_files::{element_size, ReadError, TensorFiles};
+
+/// The part of the `inband` section that locates the base: read from checkpoints of
+/// every chip-pack version, so that a base can always be recovered.
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct BaseGeometry {
+    pub chip_layers: usize,
+    pub text_prefix: String,
+    pub base: BaseShape,
+}
 
 /// A spliced checkpoint opened for reading its base tensors.
 pub struct BaseView {
-    pub section: InbandSection,
+    pub geometry: BaseGeometry,
     spliced: TensorFiles,
     norms: TensorFiles,
     /// Base tensor name -> (spliced name, base dtype, base shape).
@@ -32,18 +41,22 @@ impl BaseView {
         })?;
         let config: serde_json::Value =
             serde_json::from_str(&text).map_err(|e| invalid(format!("{}: not JSON ({e})", path.display())))?;
-        let section = InbandSection::from_config(&config)
-            .ok_or_else(|| {
-                invalid(format!(
-                    "{} holds no chip (no inband section in config.json)",
-                    dir.display()
-                ))
-            })?
-            .map_err(invalid)?;
+        let section = config.get("inband").ok_or_else(|| {
+            invalid(format!(
+                "{} holds no chip (no inband section in config.json)",
+                dir.display()
+            ))
+        })?;
+        let geometry: BaseGeometry =
+            serde_json::from_value(section.clone()).map_err(|e| invalid(format!("inband section: {e}")))?;
         let spliced = TensorFiles::open(dir)?;
         let norms = TensorFiles::open_single(&dir.join(BASE_NORMS))?;
-        let (n, h, v) = (section.chip_layers, section.base.hidden_size, section.base.vocab_size);
-        let prefix = section.text_prefix.clone();
+        let (n, h, v) = (
+            geometry.chip_layers,
+            geometry.base.hidden_size,
+            geometry.base.vocab_size,
+        );
+        let prefix = geometry.text_prefix.clone();
         let mut base_tensors = BTreeMap::new();
         for (name, e) in &spliced.tensors {
             let kind = classify(name, &prefix);
@@ -70,7 +83,7 @@ impl BaseView {
             base_tensors.insert(base_name, (name.clone(), dtype, shape));
         }
         Ok(Self {
-            section,
+            geometry,
             spliced,
             norms,
             base_tensors,
@@ -83,7 +96,7 @@ impl BaseView {
             .base_tensors
             .get(base_name)
             .ok_or_else(|| invalid(format!("the base has no tensor {base_name}")))?;
-        let kind = classify(spliced_name, &self.section.text_prefix);
+        let kind = classify(spliced_name, &self.geometry.text_prefix);
         if is_residual_norm(&kind) {
             return Ok(out.write_all(&self.norms.bytes(base_name)?)?);
         }

@@ -6,16 +6,15 @@
 use std::path::Path;
 
 use anyhow::{bail, Context};
-use inband_qwen35::checkpoint::{to_f32, Checkpoint};
-use inband_qwen35::sparse::{all_zero, SparseLayer, SparseMatrix, SparseParts};
+use inband_qwen35::sparse::{all_zero, SparseLayer, SparseMatrix, SparseParts, SparseRows};
 use inband_qwen35::weights::DecoderLayer;
 use inband_qwen35::{LayerType, TextConfig};
 use rayon::prelude::*;
-use safetensors::{Dtype, SafeTensors};
 
 use crate::engine::MathPath;
 use crate::pack::{open_pack, residual_axis, Manifest, ResidualAxis, TENSORS_FILE};
 use crate::spliced::InbandSection;
+use crate::tensor_files::{TensorEntry, TensorFiles};
 use crate::token::{ChipToken, TokenSpec};
 
 /// The chip's token map and residual layout: how a token becomes a residual, and how
@@ -119,27 +118,22 @@ pub struct ChipModel {
 
 impl ChipModel {
     /// The chip of a spliced checkpoint: its manifest from config.json, its layers read
-    /// from the checkpoint's chip layers.
-    pub fn from_checkpoint(
-        checkpoint: &Checkpoint,
-        section: &InbandSection,
-        base: &TextConfig,
-    ) -> anyhow::Result<Self> {
+    /// from the checkpoint's chip layers (their chip dims only, with positioned reads:
+    /// nothing is mapped, so resident memory is the sparse layers and a read buffer).
+    pub fn from_checkpoint(dir: &Path, section: &InbandSection, base: &TextConfig) -> anyhow::Result<Self> {
         let manifest = section.manifest.clone();
         manifest.check_base(base)?;
         if manifest.chip_layers != section.chip_layers || manifest.chip_dims != section.chip_dims {
             bail!("the checkpoint's inband section and its chip manifest disagree on the chip's size");
         }
-        let prefix = checkpoint.text_prefix();
+        let files = TensorFiles::open(dir)?;
         let stored = StoredLayers {
-            tensors: &|name: &str| {
-                let (dtype, shape, bytes) = checkpoint.raw(name)?;
-                Ok((dtype, shape, bytes))
-            },
+            files: &files,
             config: &manifest.layer_config,
             hidden: manifest.base.hidden_size,
             base_stored: true,
         };
+        let prefix = &section.text_prefix;
         let layers = stored.layers(&|l| format!("{prefix}layers.{l}."), manifest.chip_layers)?;
         Ok(Self::new(manifest, ChipLayers::Sparse(layers)))
     }
@@ -148,17 +142,9 @@ impl ChipModel {
     /// hash first.
     pub fn from_pack(dir: &Path) -> anyhow::Result<Self> {
         let manifest = open_pack(dir)?;
-        let path = dir.join(TENSORS_FILE);
-        let file = std::fs::File::open(&path).with_context(|| format!("cannot open {}", path.display()))?;
-        // SAFETY: the file is opened read-only; packs are not modified while open.
-        let map = unsafe { memmap2::Mmap::map(&file) }.with_context(|| format!("cannot map {}", path.display()))?;
-        let tensors =
-            SafeTensors::deserialize(&map).with_context(|| format!("{} is not a safetensors file", path.display()))?;
+        let files = TensorFiles::open_single(&dir.join(TENSORS_FILE))?;
         let stored = StoredLayers {
-            tensors: &|name: &str| {
-                let view = tensors.tensor(name).map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
-                Ok((view.dtype(), view.shape().to_vec(), view.data()))
-            },
+            files: &files,
             config: &manifest.layer_config,
             hidden: manifest.base.hidden_size,
             base_stored: false,
@@ -201,14 +187,14 @@ impl ChipModel {
     }
 }
 
-/// Reads a tensor: (dtype, shape, little-endian bytes).
-type ReadTensor<'a> = dyn Fn(&str) -> anyhow::Result<(Dtype, Vec<usize>, &'a [u8])> + Sync + 'a;
+/// Bytes read at once while scanning a tensor.
+const READ_CHUNK: usize = 8 << 20;
 
 /// Chip-layer tensors as stored: in a spliced checkpoint every residual axis holds the
 /// base's dims and then the chip's (`base_stored`); in a pack only the chip's. Either
 /// way the layers come out at the full residual width, exactly as the compiler made them.
 struct StoredLayers<'a> {
-    tensors: &'a ReadTensor<'a>,
+    files: &'a TensorFiles,
     /// The chip layers' config (full width).
     config: &'a TextConfig,
     hidden: usize,
@@ -261,19 +247,20 @@ impl StoredLayers<'_> {
         }
     }
 
-    fn read(&self, name: &str, inner: &str, full: &[usize]) -> anyhow::Result<(Dtype, &[u8])> {
-        let (dtype, shape, bytes) = (self.tensors)(name)?;
+    /// A tensor's entry, its shape checked against the stored shape of `full`.
+    fn entry(&self, name: &str, inner: &str, full: &[usize]) -> anyhow::Result<&TensorEntry> {
+        let entry = self.files.get(name)?;
         let expected = self.stored_shape(inner, full);
-        if shape != expected {
-            bail!("{name} has shape {shape:?}, expected {expected:?}");
+        if entry.shape != expected {
+            bail!("{name} has shape {:?}, expected {expected:?}", entry.shape);
         }
-        Ok((dtype, bytes))
+        Ok(entry)
     }
 
     /// A vector (norm gains over the residual; conv taps and per-head parameters).
     fn vector(&self, name: &str, inner: &str, full: &[usize]) -> anyhow::Result<Vec<f32>> {
-        let (dtype, bytes) = self.read(name, inner, full)?;
-        let stored = to_f32(dtype, bytes).map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
+        self.entry(name, inner, full)?;
+        let stored = self.files.f32s(name)?;
         if residual_axis(inner) == ResidualAxis::Vector && !self.base_stored {
             let mut v = vec![0.0; self.hidden];
             v.extend(stored);
@@ -286,40 +273,66 @@ impl StoredLayers<'_> {
     /// Columns of base dims are never read: in VM mode the residual's base dims are
     /// zero, and they stay zero because no chip layer writes them (checked here).
     fn matrix(&self, name: &str, inner: &str, full: &[usize]) -> anyhow::Result<SparseMatrix> {
-        let (dtype, bytes) = self.read(name, inner, full)?;
-        let esize = dtype.bitsize() / 8;
+        let entry = self.entry(name, inner, full)?;
+        let esize = entry.dtype.bitsize() / 8;
         let (rows, cols) = (full[0], full[1]);
-        let result = match residual_axis(inner) {
+        let stored = &entry.shape;
+        let mut out = SparseRows::new(cols, entry.dtype).map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
+        let bad = |e: String| anyhow::anyhow!("{name}: {e}");
+        match residual_axis(inner) {
             ResidualAxis::Columns => {
-                let stored_cols = self.stored_shape(inner, full)[1];
-                let row_bytes = stored_cols * esize;
                 let skip = if self.base_stored { self.hidden * esize } else { 0 };
-                SparseMatrix::from_stored(rows, cols, dtype, self.hidden, |r| {
-                    &bytes[r * row_bytes + skip..(r + 1) * row_bytes]
-                })
+                self.scan_rows(entry, 0, stored[0], |row| {
+                    out.push(self.hidden, &row[skip..]).map_err(bad)
+                })?;
             }
             ResidualAxis::Rows => {
-                let row_bytes = cols * esize;
-                let chip_rows = if self.base_stored {
-                    let (base, chip) = bytes.split_at(self.hidden * row_bytes);
-                    if !all_zero(base) {
-                        bail!("{name} writes the base model's dimensions: this is not a chip layer (run `weight-surgery verify`)");
-                    }
-                    chip
-                } else {
-                    bytes
-                };
-                let hidden = self.hidden;
-                SparseMatrix::from_stored(rows, cols, dtype, 0, |r| {
-                    if r < hidden {
-                        &[]
-                    } else {
-                        &chip_rows[(r - hidden) * row_bytes..(r - hidden + 1) * row_bytes]
-                    }
-                })
+                let first_chip_row = if self.base_stored { self.hidden } else { 0 };
+                if self.base_stored {
+                    self.scan_rows(entry, 0, self.hidden, |row| {
+                        if !all_zero(row) {
+                            bail!("{name} writes the base model's dimensions: this is not a chip layer (run `weight-surgery verify`)");
+                        }
+                        Ok(())
+                    })?;
+                }
+                for _ in 0..self.hidden {
+                    out.push(0, &[]).map_err(bad)?;
+                }
+                self.scan_rows(entry, first_chip_row, stored[0], |row| out.push(0, row).map_err(bad))?;
             }
             ResidualAxis::Vector | ResidualAxis::None => bail!("{name} is not a projection"),
-        };
-        result.map_err(|e| anyhow::anyhow!("{name}: {e}"))
+        }
+        let m = out.finish();
+        debug_assert_eq!((m.rows, m.cols), (rows, cols));
+        Ok(m)
+    }
+
+    /// Calls `each` on stored rows `from..to` of a matrix, read a chunk of rows at a time.
+    fn scan_rows(
+        &self,
+        entry: &TensorEntry,
+        from: usize,
+        to: usize,
+        mut each: impl FnMut(&[u8]) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        let row_bytes = entry.shape[1] * entry.dtype.bitsize() / 8;
+        let batch = (READ_CHUNK / row_bytes.max(1)).max(1);
+        let mut buf = Vec::new();
+        let mut r = from;
+        while r < to {
+            let count = batch.min(to - r);
+            self.files.read(
+                entry,
+                (r * row_bytes) as u64,
+                ((r + count) * row_bytes) as u64,
+                &mut buf,
+            )?;
+            for row in buf.chunks(row_bytes.max(1)) {
+                each(row)?;
+            }
+            r += count;
+        }
+        Ok(())
     }
 }

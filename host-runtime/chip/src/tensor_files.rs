@@ -287,3 +287,71 @@ impl TensorFiles {
             .map_err(|m| ReadError::Invalid(format!("tensor {name}: {m}")))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A safetensors file with `header` (JSON) and `data` bytes after it.
+    fn file_with(dir: &Path, header: &str, data: &[u8]) -> PathBuf {
+        let path = dir.join("model.safetensors");
+        let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+        bytes.extend_from_slice(header.as_bytes());
+        bytes.extend_from_slice(data);
+        std::fs::write(&path, bytes).unwrap();
+        path
+    }
+
+    fn refusal(header: &str, data: &[u8]) -> String {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = file_with(tmp.path(), header, data);
+        match TensorFiles::open_single(&path) {
+            Ok(_) => panic!("accepted {header}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn a_well_formed_file_opens() {
+        let tmp = tempfile::tempdir().unwrap();
+        let header = r#"{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"BF16","shape":[2],"data_offsets":[8,12]}}"#;
+        let path = file_with(tmp.path(), header, &[0; 12]);
+        let files = TensorFiles::open_single(&path).unwrap();
+        assert_eq!(files.f32s("a").unwrap(), vec![0.0, 0.0]);
+    }
+
+    #[test]
+    fn offsets_near_two_to_the_64_do_not_wrap_past_the_size_check() {
+        let far = u64::MAX - 15;
+        let header = format!(
+            r#"{{"a":{{"dtype":"F32","shape":[2],"data_offsets":[{far},{}]}}}}"#,
+            far + 8
+        );
+        let err = refusal(&header, &[0; 8]);
+        assert!(err.contains("truncated"), "{err}");
+    }
+
+    #[test]
+    fn overlapping_tensors_are_refused() {
+        let header = r#"{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}"#;
+        let err = refusal(header, &[0; 8]);
+        assert!(err.contains("overlaps"), "{err}");
+    }
+
+    #[test]
+    fn trailing_and_unused_bytes_are_refused() {
+        let header = r#"{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}"#;
+        let err = refusal(header, &[0; 12]);
+        assert!(err.contains("4 bytes after the last tensor"), "{err}");
+        let header = r#"{"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}"#;
+        let err = refusal(header, &[0; 8]);
+        assert!(err.contains("4 unused bytes before tensor a"), "{err}");
+    }
+
+    #[test]
+    fn shapes_whose_size_overflows_are_refused() {
+        let header = r#"{"a":{"dtype":"F32","shape":[4294967296,4294967296,16],"data_offsets":[0,8]}}"#;
+        let err = refusal(header, &[0; 8]);
+        assert!(err.contains("too large"), "{err}");
+    }
+}

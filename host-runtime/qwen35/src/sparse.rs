@@ -20,7 +20,7 @@ pub enum SumOrder {
     Reverse,
 }
 
-/// Bytes [`SparseMatrix::from_stored`] tests for zero at once (a multiple of every
+/// Bytes [`SparseRows::push`] tests for zero at once (a multiple of every
 /// element size).
 const ZERO_SCAN_BLOCK: usize = 64;
 
@@ -66,55 +66,6 @@ impl SparseMatrix {
         }
     }
 
-    /// A `rows` × `cols` matrix from stored rows of little-endian `dtype` values:
-    /// `stored_row(r)` holds row r's values for columns `first_col`, `first_col + 1`, …
-    /// (every other column is zero). Only nonzero values are decoded, so scanning a
-    /// mostly-zero tensor costs little more than reading its bytes.
-    pub fn from_stored<'a>(
-        rows: usize,
-        cols: usize,
-        dtype: safetensors::Dtype,
-        first_col: usize,
-        stored_row: impl Fn(usize) -> &'a [u8],
-    ) -> Result<Self, String> {
-        let size = match dtype {
-            safetensors::Dtype::F32 => 4,
-            safetensors::Dtype::BF16 | safetensors::Dtype::F16 => 2,
-            other => return Err(format!("dtype {other:?} is not a float type")),
-        };
-        let mut row_start = Vec::with_capacity(rows + 1);
-        let (mut col, mut value) = (Vec::new(), Vec::new());
-        row_start.push(0);
-        for r in 0..rows {
-            let bytes = stored_row(r);
-            if first_col + bytes.len() / size > cols {
-                return Err(format!("row {r} has more than {cols} columns"));
-            }
-            // A block at a time: most of a chip row's blocks are all zeros.
-            for (block_index, block) in bytes.chunks(ZERO_SCAN_BLOCK).enumerate() {
-                if all_zero(block) {
-                    continue;
-                }
-                let first = first_col + block_index * ZERO_SCAN_BLOCK / size;
-                let values = crate::checkpoint::to_f32(dtype, block)?;
-                for (i, v) in values.into_iter().enumerate() {
-                    if v != 0.0 {
-                        col.push((first + i) as u32);
-                        value.push(v);
-                    }
-                }
-            }
-            row_start.push(col.len() as u32);
-        }
-        Ok(Self {
-            rows,
-            cols,
-            row_start,
-            col,
-            value,
-        })
-    }
-
     pub fn nonzeros(&self) -> usize {
         self.value.len()
     }
@@ -156,6 +107,65 @@ impl SparseMatrix {
         for (r, o) in out.iter_mut().enumerate().take(self.rows) {
             *o = self.row_dot(r, x, order);
         }
+    }
+}
+
+/// Builds a [`SparseMatrix`] row by row from stored bytes: only nonzero values are
+/// decoded, so scanning a mostly-zero tensor costs little more than reading its bytes.
+pub struct SparseRows {
+    matrix: SparseMatrix,
+    dtype: safetensors::Dtype,
+    size: usize,
+}
+
+impl SparseRows {
+    /// An empty matrix of `cols` columns whose rows arrive as little-endian `dtype` values.
+    pub fn new(cols: usize, dtype: safetensors::Dtype) -> Result<Self, String> {
+        let size = match dtype {
+            safetensors::Dtype::F32 => 4,
+            safetensors::Dtype::BF16 | safetensors::Dtype::F16 => 2,
+            other => return Err(format!("dtype {other:?} is not a float type")),
+        };
+        Ok(Self {
+            matrix: SparseMatrix {
+                rows: 0,
+                cols,
+                row_start: vec![0],
+                col: Vec::new(),
+                value: Vec::new(),
+            },
+            dtype,
+            size,
+        })
+    }
+
+    /// Appends a row whose stored values are columns `first_col`, `first_col + 1`, …
+    /// (every other column zero).
+    pub fn push(&mut self, first_col: usize, bytes: &[u8]) -> Result<(), String> {
+        let m = &mut self.matrix;
+        if first_col + bytes.len() / self.size > m.cols {
+            return Err(format!("row {} has more than {} columns", m.rows, m.cols));
+        }
+        // A block at a time: most of a chip row's blocks are all zeros.
+        for (block_index, block) in bytes.chunks(ZERO_SCAN_BLOCK).enumerate() {
+            if all_zero(block) {
+                continue;
+            }
+            let first = first_col + block_index * ZERO_SCAN_BLOCK / self.size;
+            for (i, v) in crate::checkpoint::to_f32(self.dtype, block)?.into_iter().enumerate() {
+                if v != 0.0 {
+                    m.col.push((first + i) as u32);
+                    m.value.push(v);
+                }
+            }
+        }
+        m.row_start.push(m.col.len() as u32);
+        m.rows += 1;
+        Ok(())
+    }
+
+    pub fn finish(self) -> SparseMatrix {
+        self.matrix
     }
 }
 
