@@ -10,6 +10,7 @@
 
 pub mod elf;
 pub mod memory_map;
+pub mod sandbox;
 pub mod toolchain;
 
 use std::path::PathBuf;

@@ -11,6 +11,7 @@ use std::process::Command;
 use thiserror::Error;
 
 use crate::memory_map;
+use crate::sandbox::{self, Limits, SandboxError};
 
 /// The compiler driver's name.
 pub const GCC: &str = "riscv64-unknown-elf-gcc";
@@ -57,6 +58,10 @@ pub enum BuildError {
     UnsupportedSource { path: PathBuf },
     #[error("{path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
+    #[error("{0} is one of the sources: choose another output file")]
+    OutputIsSource(PathBuf),
+    #[error(transparent)]
+    Sandbox(#[from] SandboxError),
     #[error("compilation failed:\n{0}")]
     CompileFailed(String),
 }
@@ -76,6 +81,85 @@ const RUNTIME_FILES: &[(&str, &str)] = &[
     ("include/string.h", include_str!("../runtime/include/string.h")),
     ("include/ctype.h", include_str!("../runtime/include/ctype.h")),
 ];
+
+/// Where the system's shared libraries (which the toolchain's programs load) and the
+/// loader's cache live, and the one device a compile may open.
+const SYSTEM_LIBRARIES: &[&str] = &[
+    "/lib",
+    "/lib64",
+    "/usr/lib",
+    "/usr/lib64",
+    "/etc/ld.so.cache",
+    "/dev/null",
+];
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> BuildError {
+    let path = path.to_path_buf();
+    move |source| BuildError::Io { path, source }
+}
+
+/// Every source must be C or assembly and exist; the output must not be one of them.
+fn check_sources(sources: &[PathBuf], output: &Path) -> Result<(), BuildError> {
+    let same = |a: &Path, b: &Path| match (a.canonicalize(), b.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    };
+    for s in sources {
+        let ext = s.extension().and_then(|e| e.to_str()).unwrap_or("");
+        if !matches!(ext, "c" | "S" | "s") {
+            return Err(BuildError::UnsupportedSource { path: s.clone() });
+        }
+        if !s.is_file() {
+            return Err(BuildError::Io {
+                path: s.clone(),
+                source: std::io::Error::new(std::io::ErrorKind::NotFound, "no such file"),
+            });
+        }
+        if same(s, output) {
+            return Err(BuildError::OutputIsSource(output.to_path_buf()));
+        }
+    }
+    Ok(())
+}
+
+/// Writes the runtime (crt0, libc, platform layer, headers, linker script) into
+/// `runtime` and returns the compiler's arguments for `sources`.
+fn write_runtime(
+    runtime: &Path,
+    sources: &[PathBuf],
+    flavor: Flavor,
+    opt_level: &str,
+    staged: &Path,
+) -> Result<Vec<OsString>, BuildError> {
+    std::fs::create_dir_all(runtime.join("include")).map_err(io(runtime))?;
+    for (name, text) in RUNTIME_FILES {
+        let p = runtime.join(name);
+        std::fs::write(&p, text).map_err(io(&p))?;
+    }
+    let script = runtime.join("link.ld");
+    std::fs::write(&script, memory_map::linker_script()).map_err(io(&script))?;
+    let platform = match flavor {
+        Flavor::BareMetal => "platform_bare.c",
+        Flavor::LinuxUser => "platform_linux.c",
+    };
+    let mut args: Vec<OsString> = Vec::new();
+    args.extend(ARCH_FLAGS.iter().map(OsString::from));
+    args.push(opt_level.into());
+    args.extend(FREESTANDING_FLAGS.iter().map(OsString::from));
+    args.push("-Wall".into());
+    args.push(format!("-I{}", runtime.join("include").display()).into());
+    args.push("-T".into());
+    args.push(script.into_os_string());
+    args.extend(LINK_FLAGS.iter().map(OsString::from));
+    args.push("-o".into());
+    args.push(staged.as_os_str().to_owned());
+    for f in ["crt0.S", "libc.c", platform] {
+        args.push(runtime.join(f).into_os_string());
+    }
+    args.extend(sources.iter().map(|s| s.clone().into_os_string()));
+    args.push("-lgcc".into());
+    Ok(args)
+}
 
 /// A located RISC-V GCC.
 #[derive(Debug, Clone)]
@@ -111,73 +195,92 @@ impl Toolchain {
     /// Compiles and links `sources` into the ELF `output`, written atomically.
     /// `opt_level` is a GCC optimisation flag such as `-O2`.
     pub fn build(&self, sources: &[PathBuf], flavor: Flavor, opt_level: &str, output: &Path) -> Result<(), BuildError> {
-        for s in sources {
-            let ext = s.extension().and_then(|e| e.to_str()).unwrap_or("");
-            if !matches!(ext, "c" | "S" | "s") {
-                return Err(BuildError::UnsupportedSource { path: s.clone() });
-            }
-            if !s.is_file() {
-                return Err(BuildError::Io {
-                    path: s.clone(),
-                    source: std::io::Error::new(std::io::ErrorKind::NotFound, "no such file"),
-                });
-            }
-        }
+        self.build_with(sources, flavor, opt_level, output, None)
+    }
+
+    /// As [`Self::build`], for untrusted sources: the compiler can read only itself, the
+    /// system's shared libraries, the runtime and `sources`, within `limits` (see
+    /// [`crate::sandbox`]).
+    pub fn build_confined(
+        &self,
+        sources: &[PathBuf],
+        flavor: Flavor,
+        opt_level: &str,
+        output: &Path,
+        limits: Limits,
+    ) -> Result<(), BuildError> {
+        self.build_with(sources, flavor, opt_level, output, Some(limits))
+    }
+
+    fn build_with(
+        &self,
+        sources: &[PathBuf],
+        flavor: Flavor,
+        opt_level: &str,
+        output: &Path,
+        confined: Option<Limits>,
+    ) -> Result<(), BuildError> {
+        check_sources(sources, output)?;
         let work = tempfile::tempdir().map_err(|source| BuildError::Io {
             path: std::env::temp_dir(),
             source,
         })?;
         let runtime = work.path();
-        let io = |path: &Path| {
-            let path = path.to_path_buf();
-            move |source| BuildError::Io { path, source }
-        };
-        std::fs::create_dir_all(runtime.join("include")).map_err(io(runtime))?;
-        for (name, text) in RUNTIME_FILES {
-            let p = runtime.join(name);
-            std::fs::write(&p, text).map_err(io(&p))?;
-        }
-        let script = runtime.join("link.ld");
-        std::fs::write(&script, memory_map::linker_script()).map_err(io(&script))?;
-        let platform = match flavor {
-            Flavor::BareMetal => "platform_bare.c",
-            Flavor::LinuxUser => "platform_linux.c",
-        };
         let staged = runtime.join("program.elf");
-
-        let mut args: Vec<OsString> = Vec::new();
-        args.extend(ARCH_FLAGS.iter().map(OsString::from));
-        args.push(opt_level.into());
-        args.extend(FREESTANDING_FLAGS.iter().map(OsString::from));
-        args.push("-Wall".into());
-        args.push(format!("-I{}", runtime.join("include").display()).into());
-        args.push("-T".into());
-        args.push(script.into_os_string());
-        args.extend(LINK_FLAGS.iter().map(OsString::from));
-        args.push("-o".into());
-        args.push(staged.clone().into_os_string());
-        for f in ["crt0.S", "libc.c", platform] {
-            args.push(runtime.join(f).into_os_string());
-        }
-        args.extend(sources.iter().map(|s| s.clone().into_os_string()));
-        args.push("-lgcc".into());
-
-        let result = Command::new(&self.gcc).args(&args).output().map_err(io(&self.gcc))?;
-        if !result.status.success() {
-            let mut text = String::from_utf8_lossy(&result.stderr).into_owned();
-            text.push_str(&String::from_utf8_lossy(&result.stdout));
+        let args = write_runtime(runtime, sources, flavor, opt_level, &staged)?;
+        let mut command = Command::new(&self.gcc);
+        command.args(&args);
+        let (status, stdout, stderr) = match confined {
+            None => {
+                let r = command.output().map_err(io(&self.gcc))?;
+                (r.status, r.stdout, r.stderr)
+            }
+            Some(limits) => {
+                let mut readable = self.readable_paths();
+                readable.extend(sources.iter().cloned());
+                let r = sandbox::run_confined(command, &readable, runtime, limits)?;
+                (r.status, r.stdout, r.stderr)
+            }
+        };
+        if !status.success() {
+            let mut text = String::from_utf8_lossy(&stderr).into_owned();
+            text.push_str(&String::from_utf8_lossy(&stdout));
             return Err(BuildError::CompileFailed(text.trim_end().to_string()));
         }
         if let Some(parent) = output.parent().filter(|p| !p.as_os_str().is_empty()) {
             std::fs::create_dir_all(parent).map_err(io(parent))?;
         }
-        // Copy next to the destination, then rename: a reader never sees half an ELF.
+        // Copy next to the destination, then rename: a reader never sees half an ELF,
+        // and a failed copy leaves nothing behind.
         let partial = output.with_extension("elf.partial");
-        std::fs::copy(&staged, &partial).map_err(io(&partial))?;
-        std::fs::rename(&partial, output).map_err(io(output))?;
-        Ok(())
+        let copied = std::fs::copy(&staged, &partial)
+            .map_err(io(&partial))
+            .and_then(|_| std::fs::rename(&partial, output).map_err(io(output)));
+        if copied.is_err() {
+            let _ = std::fs::remove_file(&partial);
+        }
+        copied
     }
 
+    /// What a confined compile may read and execute: the driver, its programs (cc1, as,
+    /// ld, collect2) and libgcc, the system's shared libraries and the loader's cache.
+    fn readable_paths(&self) -> Vec<PathBuf> {
+        let mut paths = vec![self.gcc.clone()];
+        for query in ["-print-prog-name=cc1", "-print-prog-name=as", "-print-libgcc-file-name"] {
+            if let Ok(out) = Command::new(&self.gcc).arg(query).output() {
+                let found = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+                if let Some(dir) = found.canonicalize().ok().as_deref().and_then(Path::parent) {
+                    paths.push(dir.to_path_buf());
+                }
+            }
+        }
+        // A relocated toolchain's libraries (LD_LIBRARY_PATH) and the system's.
+        if let Some(dirs) = std::env::var_os("LD_LIBRARY_PATH") {
+            paths.extend(std::env::split_paths(&dirs));
+        }
+        paths.extend(SYSTEM_LIBRARIES.iter().map(PathBuf::from));
+        paths
+    }
     /// Assembles a standalone assembly file linked at `base` (no runtime, no libraries)
     /// and returns its code as little-endian words: how the chip's millicode is built.
     pub fn assemble_flat(&self, source: &Path, base: u32) -> Result<Vec<u32>, BuildError> {

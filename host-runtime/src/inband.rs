@@ -15,6 +15,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use inband_chip::ChipModel;
+use inband_firmware::sandbox::REGION_LIMITS;
 use inband_firmware::{load_elf, Flavor, Toolchain};
 use inband_golden::RunEnd;
 
@@ -97,8 +98,10 @@ pub struct Executor<'a> {
     pub device: Device,
     /// The RISC-V compiler (None: regions come back as an error line).
     pub toolchain: Option<Toolchain>,
-    /// Instructions a region may retire.
-    pub budget: u64,
+    /// Instructions a region may retire, and how long its run may take after boot.
+    pub limits: vm::Limits,
+    /// Console bytes of a region injected at most (the rest is cut, with a note).
+    pub max_output: usize,
     /// Print each region's timing line on stderr as soon as it has run (`--stats`).
     pub report: bool,
 }
@@ -185,21 +188,27 @@ impl Executor<'_> {
         };
         execution.compile_seconds = start.elapsed().as_secs_f64();
         let mut console = Vec::new();
-        let body = match vm::run(self.chip, self.device, &image, self.budget, false, None, &mut console) {
+        let body = match vm::run(self.chip, self.device, &image, self.limits, false, None, &mut console) {
             Ok(run) => {
                 execution.boot_seconds = run.boot_seconds;
                 execution.run_seconds = run.run_seconds;
                 execution.instructions = run.counts.retired;
                 execution.forward_passes = run.counts.passes;
-                let out = String::from_utf8_lossy(&console).into_owned();
+                let out = capped(&console, self.max_output);
                 match run.end {
                     RunEnd::Exited(0) => out,
                     RunEnd::Exited(code) => format!("{out}{}exit code {code}", sep(&out)),
                     RunEnd::Trapped(trap) => format!("{out}{}error: {trap}", sep(&out)),
+                    RunEnd::BudgetExhausted { .. } if run.timed_out => format!(
+                        "{out}{}error: time limit reached ({} s, {} instructions run)",
+                        sep(&out),
+                        self.limits.wall.map_or(0.0, |w| w.as_secs_f64()),
+                        run.counts.retired
+                    ),
                     RunEnd::BudgetExhausted { .. } => format!(
                         "{out}{}error: instruction budget exhausted ({} instructions)",
                         sep(&out),
-                        self.budget
+                        self.limits.instructions
                     ),
                 }
             }
@@ -217,11 +226,29 @@ impl Executor<'_> {
             .toolchain
             .as_ref()
             .ok_or("error: no RISC-V compiler on this machine (scripts/setup.sh installs one)")?;
-        let bytes = toolchain
-            .build_to_bytes(&[path], Flavor::BareMetal, "-O2")
+        // Model-written code: compiled with nothing of the host reachable (see
+        // inband_firmware::sandbox).
+        let elf = dir.path().join("region.elf");
+        toolchain
+            .build_confined(&[path], Flavor::BareMetal, "-O2", &elf, REGION_LIMITS)
             .map_err(|e| first_error(&e.to_string()))?;
+        let bytes = std::fs::read(&elf).map_err(|e| format!("error: cannot read the program: {e}"))?;
         load_elf(&bytes).map_err(|e| format!("error: {e}"))
     }
+}
+
+/// A region's console output as text, cut after `max` bytes with a note saying so.
+fn capped(console: &[u8], max: usize) -> String {
+    if console.len() <= max {
+        return String::from_utf8_lossy(console).into_owned();
+    }
+    let kept = String::from_utf8_lossy(&console[..max]);
+    format!(
+        "{kept}{}[output cut: {} of {} bytes shown]\n",
+        sep(&kept),
+        max,
+        console.len()
+    )
 }
 
 /// A separator before an error that follows program output on the same stream.

@@ -197,6 +197,13 @@ struct GenerateOptions {
     /// (in-band execution) Instructions one code region may retire.
     #[arg(long, default_value_t = 2_000_000)]
     max_instructions: u64,
+    /// (in-band execution) Seconds one code region may run after boot; a runaway region
+    /// ends with an injected "time limit reached" line.
+    #[arg(long, default_value_t = 30.0, value_parser = parse_seconds)]
+    max_region_seconds: f64,
+    /// (in-band execution) Console bytes of one region injected into the text at most.
+    #[arg(long, default_value_t = 2048)]
+    max_region_output: usize,
     /// Report each region's compile, boot and run time on stderr as it finishes, and the
     /// time spent in the model's own forward passes at the end.
     #[arg(long)]
@@ -365,7 +372,11 @@ impl<'a> TextSession<'a> {
             chip,
             device: o.vm_device,
             toolchain: Toolchain::locate(o.toolchain.as_deref()).ok(),
-            budget: o.max_instructions,
+            limits: vm::Limits {
+                instructions: o.max_instructions,
+                wall: Some(std::time::Duration::from_secs_f64(o.max_region_seconds)),
+            },
+            max_output: o.max_region_output,
             report: o.stats,
         });
         let mut stdout = std::io::stdout().lock();
@@ -443,9 +454,17 @@ fn bench(
     for path in programs {
         let image = program::load_program(path, toolchain)?;
         let mut golden = Machine::new(&image, Environment::BareMetal);
-        let golden_end = golden.run(4_000_000_000);
+        let golden_end = golden.run(BENCH_BUDGET);
         let mut console = Vec::new();
-        let run = vm::run(&chip, device, &image, 4_000_000_000, false, None, &mut console)?;
+        let run = vm::run(
+            &chip,
+            device,
+            &image,
+            vm::Limits::instructions(BENCH_BUDGET),
+            false,
+            None,
+            &mut console,
+        )?;
         if console != golden.console {
             anyhow::bail!("{}: the chip's output differs from the golden engine's", path.display());
         }
@@ -526,6 +545,17 @@ fn run_golden(image: &inband_firmware::ProgramImage, stats: bool, budget: u64) -
     code
 }
 
+/// Instructions a bench program may retire.
+const BENCH_BUDGET: u64 = 4_000_000_000;
+
+/// A positive, finite number of seconds.
+fn parse_seconds(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err(format!("{s:?} is not a positive number of seconds")),
+    }
+}
+
 /// What `run --engine chip` and `bench` say when given no chip.
 const NO_CHIP: &str = "the chip engine runs the chip layers of a spliced checkpoint (--model DIR, made by \
     `weight-surgery splice`) or of a chip pack (--chip DIR, made by `weightgen --shape 0.8b --out DIR`)";
@@ -549,7 +579,15 @@ fn run_chip(
     };
     let open_seconds = opening.elapsed().as_secs_f64();
     let mut stdout = std::io::stdout().lock();
-    let run = match vm::run(&chip, device, image, budget, verify, trace, &mut stdout) {
+    let run = match vm::run(
+        &chip,
+        device,
+        image,
+        vm::Limits::instructions(budget),
+        verify,
+        trace,
+        &mut stdout,
+    ) {
         Ok(run) => run,
         Err(e @ (ChipError::Mismatch { .. } | ChipError::MismatchAt { .. })) => {
             eprintln!("inband: {e}");

@@ -132,24 +132,47 @@ pub struct VmRun {
     pub boot_seconds: f64,
     /// Seconds spent making the engine (uploading the chip, for the GPU) before the first pass.
     pub engine_seconds: f64,
+    /// The run was stopped by its wall-clock limit.
+    pub timed_out: bool,
 }
 
-/// Instructions between console flushes.
-const CHUNK: u64 = 1 << 14;
+/// Instructions between console flushes (and wall-clock checks).
+const CHUNK: u64 = 1 << 12;
 
-/// Boots `image` in `chip` on `device` and runs it for at most `budget` retired
-/// instructions, writing console bytes to `out` as they appear. With `verify`, every
+/// How long a run may go on.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Limits {
+    /// Retired instructions.
+    pub instructions: u64,
+    /// Wall-clock time after boot (None: no limit).
+    pub wall: Option<std::time::Duration>,
+}
+
+impl Limits {
+    /// At most `instructions`, however long they take.
+    pub fn instructions(instructions: u64) -> Self {
+        Self {
+            instructions,
+            wall: None,
+        }
+    }
+}
+
+/// Boots `image` in `chip` on `device` and runs it within `limits` (a run stopped by its
+/// wall-clock limit ends as an exhausted budget, with [`VmRun::timed_out`] set), writing
+/// console bytes to `out` as they appear. With `verify`, every
 /// retired instruction is checked against the golden reference. With `trace`, every
 /// forward pass's input and chosen token ids are written there (boot included).
 pub fn run(
     chip: &ChipModel,
     device: Device,
     image: &ProgramImage,
-    budget: u64,
+    limits: Limits,
     verify: bool,
     trace: Option<&Path>,
     out: &mut dyn Write,
 ) -> Result<VmRun, ChipError> {
+    let budget = limits.instructions;
     let start = Instant::now();
     let recorded = Trace::default();
     let mut engine = engine(chip, device)?;
@@ -166,6 +189,7 @@ pub fn run(
     let mut golden = verify.then(|| Machine::new(image, Environment::BareMetal));
     let start = Instant::now();
     let mut printed = 0;
+    let mut timed_out = false;
     let end = loop {
         let remaining = budget - machine.counts.retired;
         let result = machine.run(remaining.min(CHUNK), golden.as_mut());
@@ -173,7 +197,12 @@ pub fn run(
         let _ = out.flush();
         printed = machine.console.len();
         match result? {
-            RunEnd::BudgetExhausted { .. } if machine.counts.retired < budget => continue,
+            RunEnd::BudgetExhausted { pc } if machine.counts.retired < budget => {
+                if limits.wall.is_some_and(|wall| start.elapsed() > wall) {
+                    timed_out = true;
+                    break RunEnd::BudgetExhausted { pc };
+                }
+            }
             end => break end,
         }
     };
@@ -187,5 +216,6 @@ pub fn run(
         run_seconds: start.elapsed().as_secs_f64(),
         boot_seconds,
         engine_seconds,
+        timed_out,
     })
 }

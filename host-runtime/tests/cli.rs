@@ -188,3 +188,33 @@ fn build_writes_an_elf_and_refuses_unknown_sources() {
         "not a C or assembly source",
     );
 }
+
+#[test]
+fn build_never_writes_over_its_source() {
+    let tmp = tempfile::tempdir().unwrap();
+    let source = tmp.path().join("x.c");
+    let text = "int main(void) { return 0; }\n";
+    std::fs::write(&source, text).unwrap();
+    let s = source.to_str().unwrap();
+    expect_failure(
+        &["build", s, "-o", s],
+        status::BUILD_OR_LOAD_FAILED,
+        "is one of the sources",
+    );
+    assert_eq!(std::fs::read_to_string(&source).unwrap(), text);
+    assert_eq!(
+        std::fs::read_dir(tmp.path()).unwrap().count(),
+        1,
+        "nothing written beside it"
+    );
+}
+
+#[test]
+fn the_chip_engine_says_where_its_chip_comes_from() {
+    let p = program("illegal_instruction.S");
+    expect_failure(
+        &["run", "--engine", "chip", p.to_str().unwrap()],
+        status::BUILD_OR_LOAD_FAILED,
+        "--model DIR",
+    );
+}

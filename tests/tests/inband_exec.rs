@@ -55,7 +55,8 @@ fn code_regions_run_in_the_chip_and_qwen_state_is_untouched() {
         chip: &chip,
         device: device("VM"),
         toolchain: inband_firmware::Toolchain::locate(None).ok(),
-        budget: 100_000,
+        limits: inband_host_runtime::vm::Limits::instructions(100_000),
+        max_output: 2048,
         report: false,
     };
     let prompt = model.encode("Question: what is 847 times 293?").unwrap();

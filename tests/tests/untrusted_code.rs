@@ -1,0 +1,172 @@
+//! Code a model writes is untrusted input: its compile reaches nothing of the host but
+//! the toolchain (no host file's bytes ever reach the injected text, by any route), a
+//! compile that would hang or exhaust memory ends with one line, and a region's output
+//! and running time are bounded.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use inband_chip::{ChipModel, MathPath};
+use inband_firmware::sandbox::REGION_LIMITS;
+use inband_firmware::{Flavor, Toolchain};
+use inband_host_runtime::inband::{Executor, Region};
+use inband_host_runtime::vm::{Device, Limits};
+use inband_qwen35::presets::Shape;
+use inband_weightgen::rv32im::Rv32Chip;
+
+fn chip() -> &'static ChipModel {
+    static CHIP: OnceLock<ChipModel> = OnceLock::new();
+    CHIP.get_or_init(|| {
+        Rv32Chip::build(&Shape::Tiny.config())
+            .unwrap()
+            .model(MathPath::Sparse(Default::default()))
+            .unwrap()
+    })
+}
+
+fn toolchain() -> Toolchain {
+    Toolchain::locate(None).expect("the RISC-V toolchain (scripts/setup.sh)")
+}
+
+fn executor(limits: Limits) -> Executor<'static> {
+    Executor {
+        chip: chip(),
+        device: Device::Cpu,
+        toolchain: Some(toolchain()),
+        limits,
+        max_output: 256,
+        report: false,
+    }
+}
+
+/// A host file holding a secret no compile may read.
+struct Secret {
+    _dir: tempfile::TempDir,
+    path: PathBuf,
+    text: String,
+}
+
+fn secret() -> Secret {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("secret.txt");
+    let text = format!("INBANDSECRET{}", std::process::id());
+    std::fs::write(&path, format!("{text}\n")).unwrap();
+    Secret { _dir: dir, path, text }
+}
+
+fn program(body: &str) -> Region {
+    Region::Program(format!("#include <stdio.h>\n{body}\n"))
+}
+
+/// Every way of pulling a host file into a region's program or its compiler's messages.
+fn leaking_regions(secret: &Path) -> Vec<(&'static str, Region)> {
+    let p = secret.display();
+    vec![
+        (
+            ".incbin",
+            program(&format!(
+                "__asm__(\".section .rodata\\n.globl leak\\nleak: .incbin \\\"{p}\\\"\\n.byte 0\\n.text\");\n\
+                 extern const char leak[];\nint main(void) {{ puts(leak); return 0; }}"
+            )),
+        ),
+        (
+            "#include",
+            program(&format!("#include \"{p}\"\nint main(void) {{ return 0; }}")),
+        ),
+        (
+            "#include in a string",
+            program(&format!(
+                "static const char leak[] = {{\n#include \"{p}\"\n}};\nint main(void) {{ puts(leak); return 0; }}"
+            )),
+        ),
+        (
+            "#embed",
+            program(&format!(
+                "static const char leak[] = {{\n#embed \"{p}\"\n}};\nint main(void) {{ return 0; }}"
+            )),
+        ),
+        ("[C: ] include", Region::Expression(format!("0\n#include \"{p}\"\n"))),
+    ]
+}
+
+#[test]
+fn no_host_file_reaches_the_injected_text() {
+    let secret = secret();
+    let exec = executor(Limits::instructions(100_000));
+    for (route, region) in leaking_regions(&secret.path) {
+        let out = exec.execute(&region).injected;
+        assert!(!out.contains(&secret.text), "{route}: the secret leaked into {out:?}");
+        assert!(out.contains("error"), "{route}: {out:?}");
+        assert_eq!(
+            out.trim().lines().count(),
+            if matches!(region, Region::Program(_)) { 3 } else { 1 },
+            "{route}: {out:?}"
+        );
+    }
+}
+
+#[test]
+fn a_symlink_beside_the_source_reaches_nothing() {
+    let secret = secret();
+    let dir = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(&secret.path, dir.path().join("secret.h")).unwrap();
+    let source = dir.path().join("region.c");
+    std::fs::write(&source, "#include \"secret.h\"\nint main(void) { return 0; }\n").unwrap();
+    let out = dir.path().join("region.elf");
+    let err = toolchain()
+        .build_confined(&[source], Flavor::BareMetal, "-O2", &out, REGION_LIMITS)
+        .unwrap_err()
+        .to_string();
+    assert!(!err.contains(&secret.text), "{err}");
+    assert!(err.contains("secret.h"), "{err}");
+}
+
+#[test]
+fn endless_includes_end_quickly_with_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fifo");
+    assert!(std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let exec = executor(Limits::instructions(100_000));
+    for path in [Path::new("/dev/zero"), Path::new("/dev/urandom"), fifo.as_path()] {
+        let start = Instant::now();
+        let out = exec
+            .execute(&Region::Expression(format!("0\n#include \"{}\"\n", path.display())))
+            .injected;
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{}: {:?}",
+            path.display(),
+            start.elapsed()
+        );
+        assert!(out.starts_with(" = compile error:"), "{}: {out:?}", path.display());
+        assert_eq!(out.lines().count(), 1, "{out:?}");
+    }
+}
+
+#[test]
+fn region_output_is_capped() {
+    let exec = executor(Limits::instructions(200_000));
+    let region = program("int main(void) { for (int i = 0; i < 1000; i++) putchar('x'); return 0; }");
+    let out = exec.execute(&region).injected;
+    assert!(out.contains("[output cut: 256 of 1000 bytes shown]"), "{out:?}");
+    assert!(out.len() < 400, "{} bytes injected", out.len());
+}
+
+#[test]
+fn a_runaway_region_ends_at_its_time_limit() {
+    let exec = executor(Limits {
+        instructions: u64::MAX,
+        wall: Some(Duration::from_secs(2)),
+    });
+    let start = Instant::now();
+    let out = exec
+        .execute(&program("int main(void) { volatile int x = 0; for (;;) x++; }"))
+        .injected;
+    assert!(out.contains("error: time limit reached (2 s"), "{out:?}");
+    assert!(start.elapsed() < Duration::from_secs(60), "{:?}", start.elapsed());
+}
