@@ -23,6 +23,7 @@ pub mod verify;
 
 use std::path::{Path, PathBuf};
 
+use inband_chip::staging::{self, StagingError};
 use inband_chip::tensor_files::ReadError;
 use thiserror::Error;
 
@@ -53,42 +54,14 @@ impl From<ReadError> for SurgeryError {
     }
 }
 
-/// Runs `fill` on a fresh staging folder beside `out`, then renames it to `out`.
-/// `out` must not exist; on any error the staging folder is removed.
+/// Runs `fill` on a fresh staging folder beside `out`, then renames it to `out` (see
+/// `inband_chip::staging`). `out` must not exist; on any error the staging folder is removed.
 pub fn atomic_dir(out: &Path, fill: impl FnOnce(&Path) -> Result<(), SurgeryError>) -> Result<(), SurgeryError> {
-    if out.exists() {
-        return Err(SurgeryError::OutputExists(out.to_path_buf()));
-    }
-    let parent = out
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    std::fs::create_dir_all(parent).map_err(|source| SurgeryError::Io {
-        path: parent.to_path_buf(),
-        source,
-    })?;
-    let name = out.file_name().and_then(|n| n.to_str()).unwrap_or("checkpoint");
-    let staging = parent.join(format!(".{name}.partial-{}", std::process::id()));
-    if staging.exists() {
-        std::fs::remove_dir_all(&staging).map_err(|source| SurgeryError::Io {
-            path: staging.clone(),
-            source,
-        })?;
-    }
-    std::fs::create_dir_all(&staging).map_err(|source| SurgeryError::Io {
-        path: staging.clone(),
-        source,
-    })?;
-    match fill(&staging) {
-        Ok(()) => std::fs::rename(&staging, out).map_err(|source| SurgeryError::Io {
-            path: out.to_path_buf(),
-            source,
-        }),
-        Err(e) => {
-            let _ = std::fs::remove_dir_all(&staging);
-            Err(e)
-        }
-    }
+    staging::write_dir(out, fill).map_err(|e| match e {
+        StagingError::Exists(path) => SurgeryError::OutputExists(path),
+        StagingError::Io { path, source } => SurgeryError::Io { path, source },
+        StagingError::Fill(e) => e,
+    })
 }
 
 /// Reads a JSON file.

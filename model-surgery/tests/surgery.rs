@@ -323,3 +323,67 @@ fn inspect_describes_base_and_chip() {
     assert!(text.contains("chip: \"acc8\", 4 chip layers in front"), "{text}");
     assert!(text.contains("4096 base + 8192 chip tokens"), "{text}");
 }
+
+/// Names in `dir` (sorted), for checking what a run left behind.
+fn names_in(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// Starts a splice and waits until it is writing its staging folder.
+fn splice_in_progress(base: &Path, pack: &Path, out: &Path) -> std::process::Child {
+    let child = Command::new(SURGERY)
+        .args(["splice", "--base", base.to_str().unwrap(), "--chip", pack.to_str().unwrap()])
+        .args(["--out", out.to_str().unwrap()])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let parent = out.parent().unwrap();
+    let start = std::time::Instant::now();
+    while !names_in(parent).iter().any(|n| n.contains(".partial-")) {
+        assert!(start.elapsed().as_secs() < 60, "the splice never started writing");
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    child
+}
+
+#[test]
+fn an_interrupted_splice_leaves_only_the_untouched_base() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (base, pack_dir) = (tmp.path().join("base"), tmp.path().join("pack"));
+    make_base(Shape::Tiny, &base, false);
+    make_pack(Shape::Tiny, &pack_dir);
+    let before: Vec<(String, Vec<u8>)> = names_in(&base)
+        .into_iter()
+        .filter(|n| base.join(n).is_file())
+        .map(|n| (n.clone(), std::fs::read(base.join(&n)).unwrap()))
+        .collect();
+    let work = tmp.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    let out = work.join("spliced");
+
+    // Ctrl-C: the staging folder goes with the process.
+    let child = splice_in_progress(&base, &pack_dir, &out);
+    let sent = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    assert!(sent.success());
+    let result = child.wait_with_output().unwrap();
+    assert_eq!(result.status.code(), Some(130), "{result:?}");
+    assert!(String::from_utf8_lossy(&result.stderr).contains("interrupted"));
+    assert_eq!(names_in(&work), Vec::<String>::new());
+
+    // Killed outright: the next run removes what it left, then writes the checkpoint.
+    let mut child = splice_in_progress(&base, &pack_dir, &out);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(names_in(&work).len(), 1, "{:?}", names_in(&work));
+    splice::splice(&base, &pack_dir, &out, &mut |_, _| {}).unwrap();
+    assert_eq!(names_in(&work), vec!["spliced".to_string()]);
+
+    for (name, bytes) in before {
+        assert!(std::fs::read(base.join(&name)).unwrap() == bytes, "{name} changed");
+    }
+}

@@ -19,6 +19,7 @@ use inband_chip::pack::{
     FORMAT, FORMAT_VERSION, MANIFEST_FILE, REPORT_FILE, TENSORS_FILE,
 };
 use inband_chip::rv32im::Rv32Map;
+use inband_chip::staging::{self, StagingError};
 use inband_circuits::ChipToken;
 use inband_qwen35::weights::Array;
 use safetensors::Dtype;
@@ -89,32 +90,31 @@ pub fn write_pack(
     progress: &dyn Fn(&str),
 ) -> Result<Manifest, PackError> {
     refuse_existing(dir)?;
-    let parent = dir
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    std::fs::create_dir_all(parent).map_err(io(parent))?;
-    let name = dir.file_name().and_then(|n| n.to_str()).unwrap_or("pack");
-    let staging = parent.join(format!(".{name}.partial-{}", std::process::id()));
-    std::fs::create_dir(&staging).map_err(io(&staging))?;
-    let result = write_into(chip, rv32im, &staging, progress).and_then(|manifest| {
-        // A plain rename would replace an empty folder made meanwhile; refuse that too.
-        refuse_existing(dir)?;
-        std::fs::rename(&staging, dir).map_err(io(dir))?;
-        Ok(manifest)
-    });
-    if result.is_err() {
-        let _ = std::fs::remove_dir_all(&staging);
-    }
-    result
+    let mut manifest = None;
+    staging::write_dir(dir, |staged| {
+        manifest = Some(write_into(chip, rv32im, staged, progress)?);
+        Ok(())
+    })
+    .map_err(|e| match e {
+        StagingError::Exists(_) => PackError::Invalid {
+            path: dir.to_path_buf(),
+            message: EXISTS.into(),
+        },
+        StagingError::Io { path, source } => PackError::Io { path, source },
+        StagingError::Fill(e) => e,
+    })?;
+    Ok(manifest.expect("written"))
 }
+
+/// Why a pack is never written into an existing folder.
+const EXISTS: &str = "already exists; choose a new folder (weightgen never replaces anything)";
 
 /// Refuses an output folder that exists already (weightgen never replaces anything).
 pub fn refuse_existing(dir: &Path) -> Result<(), PackError> {
     if dir.exists() || dir.is_symlink() {
         return Err(PackError::Invalid {
             path: dir.to_path_buf(),
-            message: "already exists; choose a new folder (weightgen never replaces anything)".into(),
+            message: EXISTS.into(),
         });
     }
     Ok(())

@@ -11,6 +11,8 @@
 //!   where every memory lives), and the pack reader;
 //! - [`spliced`]: a spliced checkpoint's `inband` config section and tensor geometry;
 //! - [`tensor_files`]: the one validating safetensors reader of every tool;
+//! - [`staging`]: writing an output folder atomically (what every writer of packs and
+//!   checkpoints uses), with nothing left behind by an interrupted run;
 //! - [`base_view`]: a spliced checkpoint's base tensors, read back at the base width;
 //! - [`model`]: a chip as a host drives it (token map, residual, token choice, layers
 //!   read straight from the checkpoint's or the pack's tensors in sparse form);
@@ -23,6 +25,7 @@ pub mod model;
 pub mod pack;
 pub mod rv32im;
 pub mod spliced;
+pub mod staging;
 pub mod tensor_files;
 pub mod token;
 
