@@ -152,7 +152,7 @@ for section in "${SECTIONS[@]}"; do
         step 200 $B/inband generate "${G[@]}" --force "Question: 847*293? Answer: [C: 847*293]"
         # Euler #10 as a model would write it: the example without its header comment.
         fence=$(printf '```c\n%s\n```\n' "$(grep -v -E '^ ?(/\*| \*)' firmware/examples/euler10.c)")
-        step 590 $B/inband generate "${G[@]}" --force "$fence"
+        step 590 $B/inband generate "${G[@]}" --max-region-seconds 560 --force "$fence"
         ;;
     untouched)
         INBAND_VM_DEVICE=cuda step 200 .gpu/bin/inband_exec --nocapture

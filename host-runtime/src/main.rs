@@ -25,7 +25,7 @@ struct Cli {
     command: Command,
 }
 
-#[derive(Clone, Copy, ValueEnum)]
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Engine {
     /// The golden reference interpreter (written from the ISA specification).
     Golden,
@@ -68,11 +68,12 @@ enum Command {
     #[command(after_help = "Exit status: the program's exit code, or\n  \
         65  the program could not be built or loaded\n  \
         66  the program trapped (illegal instruction, bad access, ecall, ebreak)\n  \
-        67  the instruction budget ran out\n\n\
-        With --stats the last line on stderr is\n  \
-        stats: instructions=N forward_passes=M steps_per_s=S exit=E\n\
-        where E is the program's exit code, or 'trap' or 'budget'.\n\n\
+        67  the instruction budget or --max-seconds ran out\n  \
         68  (--verify) the chip and the golden reference disagreed\n\n\
+        A program may itself exit with 65..68: then stderr has no `inband:` line. With\n\
+        --stats the last line on stderr is always\n  \
+        stats: instructions=N forward_passes=M steps_per_s=S exit=E\n\
+        where E is the program's own exit code, or 'trap' or 'budget': that tells them apart.\n\n\
         Examples:\n  inband run --engine golden --stats firmware/examples/euler10.c\n  \
         inband run --engine chip --model spliced --verify --stats firmware/examples/hello.c\n  \
         inband run --engine chip --chip pack firmware/examples/hello.c   (a pack from `weightgen --out pack`)")]
@@ -88,6 +89,10 @@ enum Command {
         /// Stop with an error after this many retired instructions.
         #[arg(long, default_value_t = 4_000_000_000)]
         max_instructions: u64,
+        /// (chip) Stop with an error after this many seconds of running (boot not
+        /// counted); the chip runs thousands, not billions, of instructions a second.
+        #[arg(long, default_value_t = 3600.0, value_parser = parse_seconds)]
+        max_seconds: f64,
         /// (chip) Check pc and registers against the golden reference after every retired
         /// instruction, a store's RAM line after it, all of RAM every 4096 instructions;
         /// stop at the first difference with a readable diff.
@@ -129,8 +134,9 @@ enum Command {
         /// code regions; generation continues after it.
         #[arg(long, default_value = "")]
         force: String,
-        /// Write every position's logits to PREFIX.f32 and the token ids to PREFIX.json.
-        #[arg(long)]
+        /// Write every position's logits to PREFIX.f32 and the token ids to PREFIX.json
+        /// (PREFIX is a file name without extension, not a folder).
+        #[arg(long, value_parser = parse_prefix)]
         logits: Option<PathBuf>,
         #[command(flatten)]
         options: GenerateOptions,
@@ -180,7 +186,7 @@ struct GenerateOptions {
     #[arg(long, default_value_t = 32)]
     max_tokens: usize,
     /// 0 for greedy decoding; otherwise softmax sampling at this temperature.
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, value_parser = parse_temperature)]
     temperature: f32,
     /// Seed of the sampler.
     #[arg(long, default_value_t = 0)]
@@ -221,12 +227,11 @@ fn report(message: impl std::fmt::Display) {
 
 /// Prints an anyhow error with its causes on one line (compiler output keeps its lines).
 fn report_error(error: &anyhow::Error) {
-    let chain: Vec<String> = error.chain().map(|c| c.to_string()).collect();
-    let joined = chain.join(": ");
-    if joined.contains("compilation failed") {
-        eprintln!("inband: {joined}");
+    if error.chain().any(|c| c.to_string().contains("compilation failed")) {
+        let chain: Vec<String> = error.chain().map(|c| c.to_string()).collect();
+        eprintln!("inband: {}", chain.join(": "));
     } else {
-        report(joined);
+        report(inband_chip::cli::error_line(error));
     }
 }
 
@@ -259,6 +264,7 @@ fn main() -> ExitCode {
             engine,
             stats,
             max_instructions,
+            max_seconds,
             verify,
             model,
             chip,
@@ -266,6 +272,21 @@ fn main() -> ExitCode {
             trace,
             toolchain,
         } => {
+            if engine == Engine::Golden {
+                let chip_only = [
+                    (model.is_some(), "--model"),
+                    (chip.is_some(), "--chip"),
+                    (trace.is_some(), "--trace"),
+                    (verify, "--verify"),
+                    (device != vm::Device::Cpu, "--device"),
+                ];
+                if let Some((_, flag)) = chip_only.iter().find(|(given, _)| *given) {
+                    report(format!(
+                        "{flag} applies to --engine chip; the golden engine runs the program by itself"
+                    ));
+                    return ExitCode::from(status::BUILD_OR_LOAD_FAILED);
+                }
+            }
             let image = match program::load_program(&program, toolchain.as_deref()) {
                 Ok(image) => image,
                 Err(e) => {
@@ -280,15 +301,11 @@ fn main() -> ExitCode {
                         report(NO_CHIP);
                         return ExitCode::from(status::BUILD_OR_LOAD_FAILED);
                     };
-                    run_chip(
-                        &image,
-                        &source,
-                        device,
-                        stats,
-                        max_instructions,
-                        verify,
-                        trace.as_deref(),
-                    )
+                    let limits = vm::Limits {
+                        instructions: max_instructions,
+                        wall: Some(std::time::Duration::from_secs_f64(max_seconds)),
+                    };
+                    run_chip(&image, &source, device, stats, limits, verify, trace.as_deref())
                 }
             }
         }
@@ -421,8 +438,16 @@ impl<'a> TextSession<'a> {
         use std::io::BufRead;
         let mut force = String::new();
         eprintln!("inband chat: one prompt per line; /force TEXT forces the next continuation's start; Ctrl-D ends");
-        for line in std::io::stdin().lock().lines() {
-            let line = line?;
+        let mut stdin = std::io::stdin().lock();
+        let mut bytes = Vec::new();
+        loop {
+            bytes.clear();
+            if stdin.read_until(b'\n', &mut bytes)? == 0 {
+                break;
+            }
+            // A line that is not UTF-8 is taken as it would print, not a reason to stop.
+            let text = String::from_utf8_lossy(&bytes);
+            let line = text.trim_end_matches(['\n', '\r']);
             if let Some(text) = line.strip_prefix("/force ") {
                 force = text.replace("\\n", "\n");
                 continue;
@@ -430,7 +455,7 @@ impl<'a> TextSession<'a> {
             if line.trim().is_empty() {
                 continue;
             }
-            self.run(&line, &std::mem::take(&mut force))?;
+            self.run(line, &std::mem::take(&mut force))?;
         }
         Ok(())
     }
@@ -548,6 +573,25 @@ fn run_golden(image: &inband_firmware::ProgramImage, stats: bool, budget: u64) -
 /// Instructions a bench program may retire.
 const BENCH_BUDGET: u64 = 4_000_000_000;
 
+/// A sampling temperature: finite and not negative.
+fn parse_temperature(s: &str) -> Result<f32, String> {
+    match s.parse::<f32>() {
+        Ok(t) if t.is_finite() && t >= 0.0 => Ok(t),
+        _ => Err(format!(
+            "{s:?} is not a temperature (0 for greedy, or a positive number)"
+        )),
+    }
+}
+
+/// A file prefix (`--logits`): not a folder, and not ending in a separator.
+fn parse_prefix(s: &str) -> Result<PathBuf, String> {
+    let p = PathBuf::from(s);
+    if s.ends_with('/') || p.is_dir() || p.file_name().is_none() {
+        return Err(format!("{s:?} is a folder: give a file prefix such as {s}/logits"));
+    }
+    Ok(p)
+}
+
 /// A positive, finite number of seconds.
 fn parse_seconds(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
@@ -565,7 +609,7 @@ fn run_chip(
     source: &ChipSource,
     device: vm::Device,
     stats: bool,
-    budget: u64,
+    limits: vm::Limits,
     verify: bool,
     trace: Option<&std::path::Path>,
 ) -> ExitCode {
@@ -579,15 +623,7 @@ fn run_chip(
     };
     let open_seconds = opening.elapsed().as_secs_f64();
     let mut stdout = std::io::stdout().lock();
-    let run = match vm::run(
-        &chip,
-        device,
-        image,
-        vm::Limits::instructions(budget),
-        verify,
-        trace,
-        &mut stdout,
-    ) {
+    let run = match vm::run(&chip, device, image, limits, verify, trace, &mut stdout) {
         Ok(run) => run,
         Err(e @ (ChipError::Mismatch { .. } | ChipError::MismatchAt { .. })) => {
             eprintln!("inband: {e}");
@@ -598,7 +634,16 @@ fn run_chip(
             return ExitCode::from(status::BUILD_OR_LOAD_FAILED);
         }
     };
-    let (code, exit_text) = end_status(run.end, budget);
+    let (code, exit_text) = if run.timed_out {
+        report(format!(
+            "time limit reached: the program ran {:.0} s without exiting ({} instructions retired); raise it with --max-seconds",
+            limits.wall.map_or(0.0, |w| w.as_secs_f64()),
+            run.counts.retired
+        ));
+        (ExitCode::from(status::BUDGET_EXHAUSTED), "budget".to_string())
+    } else {
+        end_status(run.end, limits.instructions)
+    };
     if stats {
         let c = run.counts;
         eprintln!(

@@ -23,6 +23,8 @@ pub struct SplicedModel {
 
 impl SplicedModel {
     pub fn open(dir: &Path) -> anyhow::Result<Self> {
+        // Every tool validates safetensors with the one reader (offsets, overlaps, stray bytes).
+        inband_chip::tensor_files::TensorFiles::open(dir).with_context(|| format!("cannot open {}", dir.display()))?;
         let checkpoint = Checkpoint::open(dir).with_context(|| format!("cannot open {}", dir.display()))?;
         let section = match InbandSection::from_config(&checkpoint.raw_config) {
             Some(s) => s.map_err(anyhow::Error::msg)?,

@@ -155,6 +155,8 @@ pub enum Sampling {
 impl TextModel {
     /// Opens the checkpoint in `dir` with Qwen's layers on `device`.
     pub fn open(dir: &Path, device: crate::vm::Device) -> anyhow::Result<Self> {
+        // Every tool validates safetensors with the one reader (offsets, overlaps, stray bytes).
+        inband_chip::tensor_files::TensorFiles::open(dir).with_context(|| format!("cannot open {}", dir.display()))?;
         let checkpoint = Checkpoint::open(dir).with_context(|| format!("cannot open {}", dir.display()))?;
         let spliced = checkpoint.raw_config.get("inband").is_some();
         let base_view;

@@ -137,7 +137,7 @@ pub struct VmRun {
 }
 
 /// Instructions between console flushes (and wall-clock checks).
-const CHUNK: u64 = 1 << 12;
+const CHUNK: u64 = 1 << 10;
 
 /// How long a run may go on.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -207,8 +207,10 @@ pub fn run(
         }
     };
     if let Some(path) = trace {
-        write_trace(path, &recorded.borrow())
-            .map_err(|e| ChipError::Math(anyhow::anyhow!("cannot write {}: {e}", path.display())))?;
+        write_trace(path, &recorded.borrow()).map_err(|source| ChipError::Output {
+            path: path.to_path_buf(),
+            source,
+        })?;
     }
     Ok(VmRun {
         end,

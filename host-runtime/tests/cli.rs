@@ -218,3 +218,61 @@ fn the_chip_engine_says_where_its_chip_comes_from() {
         "--model DIR",
     );
 }
+
+#[test]
+fn chip_only_flags_are_refused_with_the_golden_engine() {
+    let p = program("illegal_instruction.S");
+    for flags in [
+        &["--trace", "t"][..],
+        &["--model", "m"],
+        &["--verify"],
+        &["--device", "cuda"],
+    ] {
+        let mut args = vec!["run", "--engine", "golden"];
+        args.extend_from_slice(flags);
+        args.push(p.to_str().unwrap());
+        expect_failure(&args, status::BUILD_OR_LOAD_FAILED, "applies to --engine chip");
+    }
+}
+
+#[test]
+fn bad_arguments_are_refused_before_any_work() {
+    for (args, needle) in [
+        (
+            &["generate", "--model", "m", "--prompt", "p", "--temperature", "NaN"][..],
+            "not a temperature",
+        ),
+        (
+            &["generate", "--model", "m", "--prompt", "p", "--temperature=-1"],
+            "not a temperature",
+        ),
+        (
+            &["generate", "--model", "m", "--prompt", "p", "--logits", "out/"],
+            "is a folder",
+        ),
+        (
+            &["generate", "--model", "m", "--prompt", "p", "--max-region-seconds", "0"],
+            "not a positive number",
+        ),
+    ] {
+        let out = inband(args);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains(needle),
+            "{args:?}: {out:?}"
+        );
+    }
+}
+
+#[test]
+fn an_elf_larger_than_any_program_is_refused_unread() {
+    let tmp = tempfile::tempdir().unwrap();
+    let big = tmp.path().join("big.elf");
+    let file = std::fs::File::create(&big).unwrap();
+    file.set_len(1 << 30).unwrap(); // sparse: no disk used
+    expect_failure(
+        &["run", big.to_str().unwrap()],
+        status::BUILD_OR_LOAD_FAILED,
+        "no program for a machine with",
+    );
+}

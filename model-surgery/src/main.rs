@@ -30,7 +30,7 @@ enum Command {
     #[command(after_help = "Example:\n  weight-surgery synth --shape 0.8b --out checkpoints/synth-0.8b")]
     Synth {
         /// tiny, 0.8b, 2b, 4b or 9b.
-        #[arg(long, value_parser = parse_shape)]
+        #[arg(long, value_parser = Shape::parse_arg)]
         shape: Shape,
         /// Output folder (must not exist).
         #[arg(long)]
@@ -78,10 +78,6 @@ enum Command {
         #[arg(long)]
         out: PathBuf,
     },
-}
-
-fn parse_shape(s: &str) -> Result<Shape, String> {
-    Shape::parse(s).ok_or_else(|| format!("unknown shape {s:?} (tiny, 0.8b, 2b, 4b, 9b)"))
 }
 
 fn bytes_bar(message: &str) -> ProgressBar {
@@ -165,8 +161,7 @@ fn main() -> ExitCode {
     match run(Cli::parse()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            let chain: Vec<String> = e.chain().map(|c| c.to_string()).collect();
-            eprintln!("weight-surgery: {}", chain.join(": ").replace('\n', " "));
+            eprintln!("weight-surgery: {}", inband_chip::cli::error_line(&e));
             ExitCode::FAILURE
         }
     }

@@ -390,6 +390,10 @@ pub fn splice(
     out: &Path,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<SpliceSummary, SurgeryError> {
+    // Before reading anything large: never replace, never spend minutes to refuse.
+    if out.exists() || out.is_symlink() {
+        return Err(SurgeryError::OutputExists(out.to_path_buf()));
+    }
     let base = TensorFiles::open(base_dir)?;
     let chip = TensorFiles::open_single(&pack_dir.join(pack::TENSORS_FILE))?;
     let Plan {

@@ -337,7 +337,13 @@ fn names_in(dir: &Path) -> Vec<String> {
 /// Starts a splice and waits until it is writing its staging folder.
 fn splice_in_progress(base: &Path, pack: &Path, out: &Path) -> std::process::Child {
     let child = Command::new(SURGERY)
-        .args(["splice", "--base", base.to_str().unwrap(), "--chip", pack.to_str().unwrap()])
+        .args([
+            "splice",
+            "--base",
+            base.to_str().unwrap(),
+            "--chip",
+            pack.to_str().unwrap(),
+        ])
         .args(["--out", out.to_str().unwrap()])
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -368,7 +374,10 @@ fn an_interrupted_splice_leaves_only_the_untouched_base() {
 
     // Ctrl-C: the staging folder goes with the process.
     let child = splice_in_progress(&base, &pack_dir, &out);
-    let sent = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    let sent = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
     assert!(sent.success());
     let result = child.wait_with_output().unwrap();
     assert_eq!(result.status.code(), Some(130), "{result:?}");

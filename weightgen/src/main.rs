@@ -33,7 +33,7 @@ enum ChipName {
 )]
 struct Cli {
     /// Fit a published Qwen3.5 shape.
-    #[arg(long, value_parser = parse_shape)]
+    #[arg(long, value_parser = Shape::parse_arg)]
     shape: Option<Shape>,
     /// Fit the config of this checkpoint folder.
     #[arg(long)]
@@ -44,10 +44,6 @@ struct Cli {
     /// Which chip to compile.
     #[arg(long, value_enum, default_value = "rv32im")]
     chip: ChipName,
-}
-
-fn parse_shape(s: &str) -> Result<Shape, String> {
-    Shape::parse(s).ok_or_else(|| format!("unknown shape {s:?} (tiny, 0.8b, 2b, 4b, 9b)"))
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
@@ -96,8 +92,7 @@ fn main() -> ExitCode {
     match run(Cli::parse()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            let chain: Vec<String> = e.chain().map(|c| c.to_string()).collect();
-            eprintln!("weightgen: {}", chain.join(": "));
+            eprintln!("weightgen: {}", inband_chip::cli::error_line(&e));
             ExitCode::FAILURE
         }
     }

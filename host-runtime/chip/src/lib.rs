@@ -17,9 +17,12 @@
 //! - [`model`]: a chip as a host drives it (token map, residual, token choice, layers
 //!   read straight from the checkpoint's or the pack's tensors in sparse form);
 //! - [`engine`]: the [`engine::PassEngine`] trait and the CPU engine;
-//! - [`rv32im`]: the RV32IM token format and host protocol (boot, run, read back).
+//! - [`rv32im`]: the RV32IM token format and host protocol (boot, run, read back);
+//! - [`cli`]: what the three command lines (`weightgen`, `weight-surgery`, `inband`) print
+//!   the same way.
 
 pub mod base_view;
+pub mod cli;
 pub mod engine;
 pub mod model;
 pub mod pack;

@@ -40,8 +40,8 @@ pub enum PackError {
     Invalid { path: PathBuf, message: String },
     #[error("{file} does not match its SHA-256 in the manifest (the pack is damaged or was edited)")]
     Hash { file: String },
-    #[error("the chip pack was built for {pack} but the checkpoint is {base}; rebuild it with `weightgen --base <checkpoint>`")]
-    BaseMismatch { pack: String, base: String },
+    #[error("the chip pack was built for another base (pack vs checkpoint: {differences}); rebuild it with `weightgen --base <checkpoint>`")]
+    BaseMismatch { differences: String },
 }
 
 /// Maps an I/O error on `path` into a [`PackError`].
@@ -180,20 +180,48 @@ impl Manifest {
     pub fn check_base(&self, base: &TextConfig) -> Result<(), PackError> {
         let fit = BaseFit::of(base);
         if fit != self.base {
+            let (pack, theirs) = (
+                serde_json::to_value(&self.base).unwrap_or_default(),
+                serde_json::to_value(&fit).unwrap_or_default(),
+            );
+            let differences: Vec<String> = pack
+                .as_object()
+                .into_iter()
+                .flatten()
+                .filter(|(k, v)| theirs.get(k.as_str()) != Some(*v))
+                .map(|(k, v)| {
+                    format!(
+                        "{k} {v} vs {}",
+                        theirs.get(k.as_str()).unwrap_or(&serde_json::Value::Null)
+                    )
+                })
+                .collect();
             return Err(PackError::BaseMismatch {
-                pack: format!("{:?}", self.base),
-                base: format!("{fit:?}"),
+                differences: differences.join(", "),
             });
         }
         Ok(())
     }
 }
 
+/// The SHA-256 and size of a file, read in chunks (a 9b pack is GBs).
 pub fn sha256_file(path: &Path) -> Result<FileDigest, PackError> {
-    let bytes = std::fs::read(path).map_err(io(path))?;
+    use std::io::Read;
+    let mut file = std::fs::File::open(path).map_err(io(path))?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 8 << 20];
+    let mut bytes = 0u64;
+    loop {
+        let n = file.read(&mut buf).map_err(io(path))?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+        bytes += n as u64;
+    }
     Ok(FileDigest {
-        sha256: format!("{:x}", Sha256::digest(&bytes)),
-        bytes: bytes.len() as u64,
+        sha256: format!("{:x}", hasher.finalize()),
+        bytes,
     })
 }
 

@@ -124,7 +124,10 @@ mod tests {
         let late = tmp.path().join("late");
         let err = write_dir::<std::io::Error>(&late, |_| std::fs::create_dir(&late)).unwrap_err();
         assert!(err.to_string().contains("already exists"), "{err}");
-        let names: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        let names: Vec<_> = std::fs::read_dir(tmp.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
         assert_eq!(names.len(), 2, "{names:?}");
     }
 

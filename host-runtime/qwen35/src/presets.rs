@@ -42,6 +42,15 @@ impl Shape {
         Shape::ALL.into_iter().find(|s| s.name() == name)
     }
 
+    /// [`Self::parse`] for a command-line argument: an unknown name is an error that
+    /// lists the known ones.
+    pub fn parse_arg(name: &str) -> Result<Shape, String> {
+        Self::parse(name).ok_or_else(|| {
+            let known: Vec<&str> = Shape::ALL.iter().map(|s| s.name()).collect();
+            format!("unknown shape {name:?} ({})", known.join(", "))
+        })
+    }
+
     /// The text config of this shape.
     pub fn config(&self) -> TextConfig {
         // (hidden, layers, intermediate, q heads, kv heads, key heads, value heads, vocab, tied)

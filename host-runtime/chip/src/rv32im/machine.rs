@@ -22,6 +22,11 @@ pub enum ChipError {
     Math(#[from] anyhow::Error),
     #[error("the chip {0:?} is not the RV32IM chip (its manifest has no rv32im map)")]
     NotRv32im(String),
+    #[error("cannot write {path}: {source}")]
+    Output {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
     #[error("the program's entry point {0:#010x} is not an aligned ROM address")]
     Entry(u32),
     #[error("the chip emitted {token:?} where the host expected {expected}")]
