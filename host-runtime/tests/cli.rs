@@ -276,3 +276,21 @@ fn an_elf_larger_than_any_program_is_refused_unread() {
         "no program for a machine with",
     );
 }
+
+#[test]
+fn a_failed_build_leaves_no_partial_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let source = tmp.path().join("x.c");
+    std::fs::write(&source, "int main(void) { return 0; }\n").unwrap();
+    // The output names a folder: the final rename fails after the ELF was copied.
+    let out = tmp.path().join("out.elf");
+    std::fs::create_dir(&out).unwrap();
+    let o = inband(&["build", source.to_str().unwrap(), "-o", out.to_str().unwrap()]);
+    assert!(!o.status.success(), "{o:?}");
+    let mut names: Vec<_> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["out.elf", "x.c"], "nothing but the source and the folder");
+}

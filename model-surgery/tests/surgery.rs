@@ -127,6 +127,18 @@ fn verify_refuses_a_chip_this_weightgen_does_not_compile() {
     assert_eq!(err.lines().count(), 1, "{err}");
 }
 
+/// An existing --out is refused before anything is read: a missing pack is not even
+/// looked at (a 9b pack would otherwise be read whole first).
+#[test]
+fn splice_refuses_an_existing_output_before_reading() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (base, out) = (tmp.path().join("base"), tmp.path().join("out"));
+    make_base(Shape::Tiny, &base, true);
+    std::fs::create_dir(&out).unwrap();
+    let err = splice::splice(&base, &tmp.path().join("missing-pack"), &out, &mut |_, _| {}).unwrap_err();
+    assert!(err.to_string().contains("already exists"), "{err}");
+}
+
 #[test]
 fn tiny_round_trip_is_exact() {
     round_trip(Shape::Tiny, false);

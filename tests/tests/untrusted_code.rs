@@ -170,3 +170,31 @@ fn a_runaway_region_ends_at_its_time_limit() {
     assert!(out.contains("error: time limit reached (2 s"), "{out:?}");
     assert!(start.elapsed() < Duration::from_secs(60), "{:?}", start.elapsed());
 }
+
+#[test]
+fn a_trace_that_cannot_be_written_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("nop.c");
+    std::fs::write(&source, "int main(void) { return 0; }\n").unwrap();
+    let elf = dir.path().join("nop.elf");
+    toolchain().build(&[source], Flavor::BareMetal, "-O2", &elf).unwrap();
+    let image = inband_firmware::load_elf(&std::fs::read(&elf).unwrap()).unwrap();
+    let trace = dir.path().join("no-such-folder/trace");
+    let err = inband_host_runtime::vm::run(
+        chip(),
+        Device::Cpu,
+        &image,
+        Limits::instructions(1000),
+        false,
+        Some(&trace),
+        &mut Vec::new(),
+    )
+    .err()
+    .expect("the trace cannot be written");
+    let text = err.to_string();
+    assert!(
+        text.starts_with("cannot write") && text.contains("no-such-folder"),
+        "{text}"
+    );
+    assert!(!text.contains("layer math"), "{text}");
+}

@@ -37,6 +37,9 @@ fn pack_round_trips_and_detects_damage() {
     read.check_base(&Shape::Tiny.config()).unwrap();
     let err = read.check_base(&Shape::Qwen0_8b.config()).unwrap_err();
     assert!(err.to_string().contains("rebuild it with `weightgen --base"), "{err}");
+    // Readable: the differing fields by name, no debug dump of a struct.
+    assert!(err.to_string().contains("hidden_size 256 vs 1024"), "{err}");
+    assert!(!err.to_string().contains("BaseFit"), "{err}");
 
     // Writing again refuses: the pack is left as it was, nothing half-written beside it.
     let before = snapshot(&dir);
