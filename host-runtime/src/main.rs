@@ -435,19 +435,10 @@ impl<'a> TextSession<'a> {
     }
 
     fn chat(&self) -> anyhow::Result<()> {
-        use std::io::BufRead;
-        let mut force = String::new();
         eprintln!("inband chat: one prompt per line; /force TEXT forces the next continuation's start; Ctrl-D ends");
-        let mut stdin = std::io::stdin().lock();
-        let mut bytes = Vec::new();
-        loop {
-            bytes.clear();
-            if stdin.read_until(b'\n', &mut bytes)? == 0 {
-                break;
-            }
-            // A line that is not UTF-8 is taken as it would print, not a reason to stop.
-            let text = String::from_utf8_lossy(&bytes);
-            let line = text.trim_end_matches(['\n', '\r']);
+        let mut force = String::new();
+        for line in inband_host_runtime::text::chat_lines(std::io::stdin().lock()) {
+            let line = line?;
             if let Some(text) = line.strip_prefix("/force ") {
                 force = text.replace("\\n", "\n");
                 continue;
@@ -455,7 +446,7 @@ impl<'a> TextSession<'a> {
             if line.trim().is_empty() {
                 continue;
             }
-            self.run(line, &std::mem::take(&mut force))?;
+            self.run(&line, &std::mem::take(&mut force))?;
         }
         Ok(())
     }

@@ -44,6 +44,22 @@ impl TensorSource for BaseView {
     }
 }
 
+/// The lines a chat reads, without their line ends. A line that is not UTF-8 is taken
+/// as it would print (invalid bytes become U+FFFD), not a reason to end the chat.
+pub fn chat_lines(mut input: impl std::io::BufRead) -> impl Iterator<Item = std::io::Result<String>> {
+    let mut bytes = Vec::new();
+    std::iter::from_fn(move || {
+        bytes.clear();
+        match input.read_until(b'\n', &mut bytes) {
+            Ok(0) => None,
+            Ok(_) => Some(Ok(String::from_utf8_lossy(&bytes)
+                .trim_end_matches(['\n', '\r'])
+                .to_string())),
+            Err(e) => Some(Err(e)),
+        }
+    })
+}
+
 /// Where Qwen's own layers run.
 pub enum TextEngine {
     /// The dense path on the CPU (candle tensors, row-invariant projections).
@@ -395,5 +411,17 @@ fn eos_ids(dir: &Path) -> Vec<u32> {
         Some(serde_json::Value::Number(n)) => n.as_u64().map(|v| vec![v as u32]).unwrap_or_default(),
         Some(serde_json::Value::Array(a)) => a.iter().filter_map(|v| v.as_u64()).map(|v| v as u32).collect(),
         _ => Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_line_that_is_not_utf8_does_not_end_the_chat() {
+        let input: &[u8] = b"first\n\xff\xfe bad \xc3\n/force x\r\nlast";
+        let lines: Vec<String> = chat_lines(input).map(|l| l.unwrap()).collect();
+        assert_eq!(lines, ["first", "\u{fffd}\u{fffd} bad \u{fffd}", "/force x", "last"]);
     }
 }
