@@ -36,6 +36,10 @@ pub const A_LOG_NEVER_FORGET: f32 = -128.0;
 /// two, so the L2 norm maps it to exactly 1); unselected slots get -128 (silu -> -0).
 pub const ADDRESS_ON: f64 = 128.0;
 
+/// The z pre-activation that closes a read's output gate: silu(−128) = −128 / (1 + e¹²⁸)
+/// is exactly −0 in fp32 (e¹²⁸ overflows), so the head's output is exactly zero.
+pub const Z_CLOSED: f64 = -128.0;
+
 /// The gated RMSNorm weight of every chip layer (shared by all its heads).
 pub const NORM_WEIGHT: f32 = 1.0 / 256.0;
 

@@ -6,7 +6,7 @@ use inband_chip::rv32im::Rv32Map;
 use inband_chip::{ChipModel, ChipSpec, MathPath};
 use inband_circuits::circuit::RowCode;
 use inband_circuits::contract::{
-    self, ADDRESS_ON, ANCHOR_ENTRIES, A_LOG_NEVER_FORGET, GATE_SCALE, LEVEL_UNIT, NORM_WEIGHT, VALUE_ON,
+    self, ADDRESS_ON, ANCHOR_ENTRIES, A_LOG_NEVER_FORGET, GATE_SCALE, LEVEL_UNIT, NORM_WEIGHT, VALUE_ON, Z_CLOSED,
 };
 use inband_circuits::primitives::{add_gated, add_identity};
 use inband_circuits::{Address, Circuit, Delayed, Expr, Output, TokenSpec};
@@ -35,9 +35,13 @@ pub enum CompileError {
         found: usize,
         expected: usize,
     },
-    #[error("delay {0} is beyond the 4-tap conv (at most 3)")]
+    #[error("delay {0} is beyond the 4-tap conv (at most {MAX_DELAY})")]
     Delay(usize),
 }
+
+/// The furthest back a value can come from: the 4-tap causal conv sees this token and
+/// the three before it.
+pub const MAX_DELAY: usize = 3;
 
 /// The resources a base config gives each chip layer.
 pub fn target_of(c: &TextConfig) -> inband_circuits::Target {
@@ -223,7 +227,7 @@ fn check_address(c: &Circuit, memory: usize, address: &Address) -> Result<(), Co
             all
         }
     };
-    if let Some(d) = delays.iter().find(|d| d.delay > 3) {
+    if let Some(d) = delays.iter().find(|d| d.delay > MAX_DELAY) {
         return Err(CompileError::Delay(d.delay));
     }
     Ok(())
@@ -243,7 +247,7 @@ pub fn compile(circuit: &Circuit, base: &TextConfig) -> Result<Chip, CompileErro
     output_block(&mut c);
     for w in &c.writes {
         check_address(&c, w.memory, &w.address)?;
-        if let Some((_, d)) = w.entries.iter().find(|(_, d)| d.delay > 3) {
+        if let Some((_, d)) = w.entries.iter().find(|(_, d)| d.delay > MAX_DELAY) {
             return Err(CompileError::Delay(d.delay));
         }
     }
@@ -332,8 +336,8 @@ pub fn compile(circuit: &Circuit, base: &TextConfig) -> Result<Chip, CompileErro
                     for ch in 0..dv {
                         let entry = (vh - first * group) % group * dv + ch;
                         let z = match r.select.as_ref().and_then(|s| s.iter().find(|(e, _)| *e == entry)) {
-                            Some((_, sel)) => sel.clone() * (gate + 128.0) - 128.0,
-                            None if r.select.is_some() => Expr::constant(-128.0),
+                            Some((_, sel)) => sel.clone() * (gate - Z_CLOSED) + Z_CLOSED,
+                            None if r.select.is_some() => Expr::constant(Z_CLOSED),
                             None => Expr::constant(gate),
                         };
                         writer.put(g.in_proj_z.row_mut(vh * dv + ch), &z, 1.0);
