@@ -511,9 +511,6 @@ fn bench(
     Ok(())
 }
 
-/// Instructions between console flushes.
-const CHUNK: u64 = 1 << 20;
-
 /// How a run ended, as the process exit status and the `exit=` text of --stats (reporting
 /// a trap or an exhausted budget on stderr).
 fn end_status(end: RunEnd, budget: u64) -> (ExitCode, String) {
@@ -535,20 +532,13 @@ fn end_status(end: RunEnd, budget: u64) -> (ExitCode, String) {
 
 fn run_golden(image: &inband_firmware::ProgramImage, stats: bool, budget: u64) -> ExitCode {
     let mut machine = Machine::new(image, Environment::BareMetal);
-    let mut stdout = std::io::stdout().lock();
-    let mut printed = 0;
     let start = Instant::now();
-    let end = loop {
-        let remaining = budget - machine.instret;
-        let end = machine.run(remaining.min(CHUNK));
-        let _ = stdout.write_all(&machine.console[printed..]);
-        let _ = stdout.flush();
-        printed = machine.console.len();
-        match end {
-            RunEnd::BudgetExhausted { .. } if machine.instret < budget => continue,
-            other => break other,
-        }
-    };
+    let Ok((end, _)) = vm::stream(
+        &mut machine,
+        vm::Limits::instructions(budget),
+        vm::GOLDEN_CHUNK,
+        &mut std::io::stdout().lock(),
+    );
     let seconds = start.elapsed().as_secs_f64();
     let (code, exit_text) = end_status(end, budget);
     if stats {

@@ -136,8 +136,84 @@ pub struct VmRun {
     pub timed_out: bool,
 }
 
-/// Instructions between console flushes (and wall-clock checks).
-const CHUNK: u64 = 1 << 10;
+/// Instructions between console flushes and wall-clock checks on the chip: about a
+/// second at the CPU engine's speed.
+pub const CHIP_CHUNK: u64 = 1 << 10;
+
+/// The same for the golden reference: about 20 ms at its ~44 M instructions/s.
+pub const GOLDEN_CHUNK: u64 = 1 << 20;
+
+/// A machine whose console output is streamed while it runs: the golden reference, or
+/// the chip (checked against golden or not).
+pub trait Streamed {
+    type Error;
+    /// Runs at most `n` more instructions.
+    fn run_for(&mut self, n: u64) -> Result<RunEnd, Self::Error>;
+    /// Instructions retired so far.
+    fn retired(&self) -> u64;
+    /// Everything printed so far.
+    fn console(&self) -> &[u8];
+}
+
+impl Streamed for Machine {
+    type Error = std::convert::Infallible;
+    fn run_for(&mut self, n: u64) -> Result<RunEnd, Self::Error> {
+        Ok(self.run(n))
+    }
+    fn retired(&self) -> u64 {
+        self.instret
+    }
+    fn console(&self) -> &[u8] {
+        &self.console
+    }
+}
+
+/// The chip, with the golden reference it is checked against (if any).
+struct Checked<'m, 'a> {
+    machine: &'m mut ChipMachine<'a>,
+    golden: Option<Machine>,
+}
+
+impl Streamed for Checked<'_, '_> {
+    type Error = ChipError;
+    fn run_for(&mut self, n: u64) -> Result<RunEnd, ChipError> {
+        self.machine.run(n, self.golden.as_mut())
+    }
+    fn retired(&self) -> u64 {
+        self.machine.counts.retired
+    }
+    fn console(&self) -> &[u8] {
+        &self.machine.console
+    }
+}
+
+/// Runs `machine` within `limits`, `chunk` instructions at a time, writing its new console
+/// bytes to `out` after each chunk. Returns how it ended and whether the wall-clock limit
+/// (checked between chunks) stopped it.
+pub fn stream<M: Streamed>(
+    machine: &mut M,
+    limits: Limits,
+    chunk: u64,
+    out: &mut dyn Write,
+) -> Result<(RunEnd, bool), M::Error> {
+    let start = Instant::now();
+    let mut printed = 0;
+    loop {
+        let remaining = limits.instructions - machine.retired();
+        let result = machine.run_for(remaining.min(chunk));
+        let _ = out.write_all(&machine.console()[printed..]);
+        let _ = out.flush();
+        printed = machine.console().len();
+        match result? {
+            RunEnd::BudgetExhausted { pc } if machine.retired() < limits.instructions => {
+                if limits.wall.is_some_and(|wall| start.elapsed() > wall) {
+                    return Ok((RunEnd::BudgetExhausted { pc }, true));
+                }
+            }
+            end => return Ok((end, false)),
+        }
+    }
+}
 
 /// How long a run may go on.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -172,7 +248,6 @@ pub fn run(
     trace: Option<&Path>,
     out: &mut dyn Write,
 ) -> Result<VmRun, ChipError> {
-    let budget = limits.instructions;
     let start = Instant::now();
     let recorded = Trace::default();
     let mut engine = engine(chip, device)?;
@@ -186,26 +261,13 @@ pub fn run(
     }
     let mut machine = ChipMachine::boot_on(chip, engine, image)?;
     let boot_seconds = start.elapsed().as_secs_f64() - engine_seconds;
-    let mut golden = verify.then(|| Machine::new(image, Environment::BareMetal));
+    let golden = verify.then(|| Machine::new(image, Environment::BareMetal));
     let start = Instant::now();
-    let mut printed = 0;
-    let mut timed_out = false;
-    let end = loop {
-        let remaining = budget - machine.counts.retired;
-        let result = machine.run(remaining.min(CHUNK), golden.as_mut());
-        let _ = out.write_all(&machine.console[printed..]);
-        let _ = out.flush();
-        printed = machine.console.len();
-        match result? {
-            RunEnd::BudgetExhausted { pc } if machine.counts.retired < budget => {
-                if limits.wall.is_some_and(|wall| start.elapsed() > wall) {
-                    timed_out = true;
-                    break RunEnd::BudgetExhausted { pc };
-                }
-            }
-            end => break end,
-        }
+    let mut checked = Checked {
+        machine: &mut machine,
+        golden,
     };
+    let (end, timed_out) = stream(&mut checked, limits, CHIP_CHUNK, out)?;
     if let Some(path) = trace {
         write_trace(path, &recorded.borrow()).map_err(|source| ChipError::Output {
             path: path.to_path_buf(),
