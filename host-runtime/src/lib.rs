@@ -10,13 +10,17 @@
 //! - [`spliced`]: a spliced checkpoint opened for VM mode;
 //! - [`text`]: text mode: Qwen's own layers, the checkpoint's tokenizer, generation;
 //! - [`inband`]: in-band execution: code regions in generated text run in the chip;
+//! - [`session`]: a text session (`generate`, `chat`) with its chip for in-band execution;
+//! - [`bench`]: `inband bench`, speed figures per program, checked against golden;
 //! - `gpu` (feature `cuda`): the chip layers as one CUDA kernel; Qwen's own layers for
 //!   text mode as small kernels.
 
+pub mod bench;
 #[cfg(feature = "cuda")]
 pub mod gpu;
 pub mod inband;
 pub mod program;
+pub mod session;
 pub mod spliced;
 pub mod status;
 pub mod text;

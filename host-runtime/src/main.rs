@@ -1,6 +1,5 @@
 //! `inband`: build C programs for the inband machine and run them.
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
@@ -9,8 +8,9 @@ use clap::{Parser, Subcommand, ValueEnum};
 use inband_chip::rv32im::machine::ChipError;
 use inband_firmware::{Flavor, Toolchain};
 use inband_golden::{Environment, Machine, RunEnd};
+use inband_host_runtime::session::{parse_seconds, SessionOptions, TextSession};
 use inband_host_runtime::vm::ChipSource;
-use inband_host_runtime::{program, status, vm};
+use inband_host_runtime::{bench, program, status, vm};
 
 #[derive(Parser)]
 #[command(
@@ -139,7 +139,7 @@ enum Command {
         #[arg(long, value_parser = parse_prefix)]
         logits: Option<PathBuf>,
         #[command(flatten)]
-        options: GenerateOptions,
+        options: SessionOptions,
     },
     /// Interactive text mode: each line you type is a prompt; the model's continuation is
     /// printed, with in-band execution of its code regions. `/force TEXT` makes the next
@@ -149,7 +149,7 @@ enum Command {
         Each line is a fresh generation with a fresh VM for every code region.")]
     Chat {
         #[command(flatten)]
-        options: GenerateOptions,
+        options: SessionOptions,
     },
     /// VM speed: run a set of programs in the chip and print steps/s, instructions/s and
     /// forward passes per instruction as a table.
@@ -174,49 +174,6 @@ enum Command {
         #[arg(long)]
         toolchain: Option<PathBuf>,
     },
-}
-
-/// What text generation and in-band execution take (generate and chat).
-#[derive(clap::Args)]
-struct GenerateOptions {
-    /// The checkpoint (spliced or not; code regions run only in a spliced one's chip).
-    #[arg(long)]
-    model: PathBuf,
-    /// Tokens to generate at most (generation also stops at the end-of-sequence token).
-    #[arg(long, default_value_t = 32)]
-    max_tokens: usize,
-    /// 0 for greedy decoding; otherwise softmax sampling at this temperature.
-    #[arg(long, default_value_t = 0.0, value_parser = parse_temperature)]
-    temperature: f32,
-    /// Seed of the sampler.
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
-    /// Where Qwen's own layers run: cpu, or cuda[:N] (needs a CUDA build).
-    #[arg(long, default_value = "cpu", value_parser = vm::Device::parse)]
-    device: vm::Device,
-    /// Do not run code regions (`[C: expr]`, ```c blocks) in the chip.
-    #[arg(long)]
-    no_exec: bool,
-    /// (in-band execution) Where the chip runs: cpu, or cuda[:N] (needs a CUDA build).
-    #[arg(long, default_value = "cpu", value_parser = vm::Device::parse)]
-    vm_device: vm::Device,
-    /// (in-band execution) Instructions one code region may retire.
-    #[arg(long, default_value_t = 2_000_000)]
-    max_instructions: u64,
-    /// (in-band execution) Seconds one code region may run after boot; a runaway region
-    /// ends with an injected "time limit reached" line.
-    #[arg(long, default_value_t = 30.0, value_parser = parse_seconds)]
-    max_region_seconds: f64,
-    /// (in-band execution) Console bytes of one region injected into the text at most.
-    #[arg(long, default_value_t = 2048)]
-    max_region_output: usize,
-    /// Report each region's compile, boot and run time on stderr as it finishes, and the
-    /// time spent in the model's own forward passes at the end.
-    #[arg(long)]
-    stats: bool,
-    /// Toolchain folder holding bin/riscv64-unknown-elf-gcc (default: $INBAND_TOOLCHAIN or PATH).
-    #[arg(long)]
-    toolchain: Option<PathBuf>,
 }
 
 /// Prints `message` as one line on stderr.
@@ -341,7 +298,7 @@ fn main() -> ExitCode {
                 report(NO_CHIP);
                 return ExitCode::FAILURE;
             };
-            match bench(&programs, &source, device, toolchain.as_deref()) {
+            match bench::bench(&programs, &source, device, toolchain.as_deref()) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     report_error(&e);
@@ -350,165 +307,6 @@ fn main() -> ExitCode {
             }
         }
     }
-}
-
-/// A checkpoint opened for text mode, with its chip for in-band execution.
-struct TextSession<'a> {
-    options: &'a GenerateOptions,
-    model: inband_host_runtime::text::TextModel,
-    chip: Option<inband_chip::ChipModel>,
-}
-
-impl<'a> TextSession<'a> {
-    /// `all_logits`: keep every position's logits (for `--logits`).
-    fn open(options: &'a GenerateOptions, all_logits: bool) -> anyhow::Result<Self> {
-        let mut model = inband_host_runtime::text::TextModel::open(&options.model, options.device)?;
-        model.all_logits = all_logits;
-        // In-band execution needs the checkpoint's chip.
-        let chip = if !options.no_exec && model.spliced {
-            Some(inband_host_runtime::spliced::SplicedModel::open(&options.model)?.chip()?)
-        } else {
-            None
-        };
-        Ok(Self { options, model, chip })
-    }
-
-    /// One generation after `prompt`, streamed to stdout.
-    fn run(&self, prompt: &str, force: &str) -> anyhow::Result<inband_host_runtime::text::Generation> {
-        use inband_host_runtime::inband::Executor;
-        use inband_host_runtime::text::Sampling;
-        let o = self.options;
-        let ids = self.model.encode(prompt)?;
-        let forced = self.model.encode_forced(force)?;
-        let sampling = if o.temperature > 0.0 {
-            Sampling::Temperature(o.temperature, o.seed)
-        } else {
-            Sampling::Greedy
-        };
-        let executor = self.chip.as_ref().map(|chip| Executor {
-            chip,
-            device: o.vm_device,
-            toolchain: Toolchain::locate(o.toolchain.as_deref()).ok(),
-            limits: vm::Limits {
-                instructions: o.max_instructions,
-                wall: Some(std::time::Duration::from_secs_f64(o.max_region_seconds)),
-            },
-            max_output: o.max_region_output,
-            report: o.stats,
-        });
-        let mut stdout = std::io::stdout().lock();
-        let _ = write!(stdout, "{prompt}");
-        let generation = self
-            .model
-            .generate(&ids, &forced, o.max_tokens, sampling, executor.as_ref(), &mut stdout)?;
-        let _ = writeln!(stdout);
-        if o.stats {
-            eprintln!(
-                "text: {} tokens through the model in {:.2} s",
-                generation.ids.len(),
-                generation.model_seconds
-            );
-        }
-        Ok(generation)
-    }
-
-    fn generate(&self, prompt: &str, force: &str, logits: Option<&std::path::Path>) -> anyhow::Result<()> {
-        let generation = self.run(prompt, force)?;
-        if let Some(prefix) = logits {
-            let rows = &generation.rows;
-            let mut bytes = Vec::with_capacity(rows.len() * rows.first().map_or(0, |r| r.len()) * 4);
-            for row in rows {
-                for v in row {
-                    bytes.extend_from_slice(&v.to_le_bytes());
-                }
-            }
-            let json = serde_json::json!({
-                "ids": generation.ids,
-                "prompt_tokens": self.model.encode(prompt)?.len(),
-                "rows": rows.len(),
-                "vocab": rows.first().map_or(0, |r| r.len()),
-            });
-            std::fs::write(prefix.with_extension("f32"), bytes)?;
-            std::fs::write(prefix.with_extension("json"), json.to_string())?;
-        }
-        Ok(())
-    }
-
-    fn chat(&self) -> anyhow::Result<()> {
-        eprintln!("inband chat: one prompt per line; /force TEXT forces the next continuation's start; Ctrl-D ends");
-        let mut force = String::new();
-        for line in inband_host_runtime::text::chat_lines(std::io::stdin().lock()) {
-            let line = line?;
-            if let Some(text) = line.strip_prefix("/force ") {
-                force = text.replace("\\n", "\n");
-                continue;
-            }
-            if line.trim().is_empty() {
-                continue;
-            }
-            self.run(&line, &std::mem::take(&mut force))?;
-        }
-        Ok(())
-    }
-}
-
-/// Runs each program in the chip (and on the golden engine, for its output) and prints a table.
-fn bench(
-    programs: &[PathBuf],
-    source: &ChipSource,
-    device: vm::Device,
-    toolchain: Option<&std::path::Path>,
-) -> anyhow::Result<()> {
-    let defaults: Vec<PathBuf> = ["hello", "strings", "int64"]
-        .iter()
-        .map(|p| PathBuf::from(format!("firmware/examples/{p}.c")))
-        .collect();
-    let programs = if programs.is_empty() { &defaults[..] } else { programs };
-    let chip = source.open()?;
-    println!("| program | device | instructions | forward passes | passes/instruction | steps/s | instructions/s |");
-    println!("|---|---|---|---|---|---|---|");
-    for path in programs {
-        let image = program::load_program(path, toolchain)?;
-        let mut golden = Machine::new(&image, Environment::BareMetal);
-        let golden_end = golden.run(BENCH_BUDGET);
-        let mut console = Vec::new();
-        let run = vm::run(
-            &chip,
-            device,
-            &image,
-            vm::Limits::instructions(BENCH_BUDGET),
-            false,
-            None,
-            &mut console,
-        )?;
-        if console != golden.console {
-            anyhow::bail!("{}: the chip's output differs from the golden engine's", path.display());
-        }
-        if !matches!((&run.end, &golden_end), (RunEnd::Exited(a), RunEnd::Exited(b)) if a == b) {
-            anyhow::bail!(
-                "{}: the chip ended with {:?}, golden with {:?}",
-                path.display(),
-                run.end,
-                golden_end
-            );
-        }
-        let c = run.counts;
-        let seconds = run.run_seconds.max(1e-9);
-        println!(
-            "| {} | {} | {} | {} | {:.3} | {:.0} | {:.0} |",
-            path.file_stem().map(|s| s.to_string_lossy()).unwrap_or_default(),
-            match device {
-                vm::Device::Cpu => "cpu".to_string(),
-                vm::Device::Cuda(n) => format!("cuda:{n}"),
-            },
-            c.retired,
-            c.passes,
-            c.passes as f64 / c.retired.max(1) as f64,
-            c.passes as f64 / seconds,
-            c.retired as f64 / seconds,
-        );
-    }
-    Ok(())
 }
 
 /// How a run ended, as the process exit status and the `exit=` text of --stats (reporting
@@ -551,19 +349,6 @@ fn run_golden(image: &inband_firmware::ProgramImage, stats: bool, budget: u64) -
     code
 }
 
-/// Instructions a bench program may retire.
-const BENCH_BUDGET: u64 = 4_000_000_000;
-
-/// A sampling temperature: finite and not negative.
-fn parse_temperature(s: &str) -> Result<f32, String> {
-    match s.parse::<f32>() {
-        Ok(t) if t.is_finite() && t >= 0.0 => Ok(t),
-        _ => Err(format!(
-            "{s:?} is not a temperature (0 for greedy, or a positive number)"
-        )),
-    }
-}
-
 /// A file prefix (`--logits`): not a folder, and not ending in a separator.
 fn parse_prefix(s: &str) -> Result<PathBuf, String> {
     let p = PathBuf::from(s);
@@ -571,14 +356,6 @@ fn parse_prefix(s: &str) -> Result<PathBuf, String> {
         return Err(format!("{s:?} is a folder: give a file prefix such as {s}/logits"));
     }
     Ok(p)
-}
-
-/// A positive, finite number of seconds.
-fn parse_seconds(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
-        _ => Err(format!("{s:?} is not a positive number of seconds")),
-    }
 }
 
 /// What `run --engine chip` and `bench` say when given no chip.
