@@ -165,15 +165,24 @@ fn write_runtime(
 #[derive(Debug, Clone)]
 pub struct Toolchain {
     gcc: PathBuf,
+    /// What a confined compile may read, found once (three queries of the driver).
+    readable: std::sync::OnceLock<Vec<PathBuf>>,
 }
 
 impl Toolchain {
+    fn at(gcc: PathBuf) -> Self {
+        Self {
+            gcc,
+            readable: Default::default(),
+        }
+    }
+
     /// Finds the compiler: in `dir/bin` if given, else in `$INBAND_TOOLCHAIN/bin`, else on PATH.
     pub fn locate(dir: Option<&Path>) -> Result<Self, BuildError> {
         let from_dir = |d: PathBuf| -> Result<Self, BuildError> {
             let gcc = d.join("bin").join(GCC);
             if gcc.is_file() {
-                Ok(Self { gcc })
+                Ok(Self::at(gcc))
             } else {
                 Err(BuildError::ToolchainMissing(format!("looked for {}", gcc.display())))
             }
@@ -188,7 +197,7 @@ impl Toolchain {
         std::env::split_paths(&path)
             .map(|p| p.join(GCC))
             .find(|p| p.is_file())
-            .map(|gcc| Self { gcc })
+            .map(Self::at)
             .ok_or_else(|| BuildError::ToolchainMissing("not on PATH".into()))
     }
 
@@ -236,7 +245,7 @@ impl Toolchain {
                 (r.status, r.stdout, r.stderr)
             }
             Some(limits) => {
-                let mut readable = self.readable_paths();
+                let mut readable = self.readable.get_or_init(|| self.readable_paths()).clone();
                 readable.extend(sources.iter().cloned());
                 let r = sandbox::run_confined(command, &readable, runtime, limits)?;
                 (r.status, r.stdout, r.stderr)
