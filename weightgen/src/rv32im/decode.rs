@@ -106,11 +106,32 @@ fn terms(bits: &[Expr], (opcode, f3, f7): Pattern) -> Vec<Expr> {
 }
 
 pub fn build(c: &mut Circuit, f: &Front) -> Decoded {
+    let user = not(&f.mode);
+    let (ca, cb) = millicode_context(c, f, &user);
+    let class = classes(c, f, &user);
+    let imm = immediates(c, f);
+    let (rs1, rs2, rd, rd_zero) = register_numbers(c, f, &user, &ca, &cb);
+    let bits = &f.bits;
+    Decoded {
+        class,
+        imm,
+        rs1,
+        rs2,
+        rd,
+        rd_zero,
+        ret_head: cb[32..48].to_vec(),
+        ret_rhi: cb[48..56].to_vec(),
+        ret_rlo: cb[56..72].to_vec(),
+        ret_slot: cb[72..80].to_vec(),
+        funct3_low: bits[12].clone() + bits[13].clone() * 2.0,
+    }
+}
+
+/// The millicode context, written when user code runs a division: the caller's rs1 and
+/// rs2 (`ctx_a`), its rd and return pc (`ctx_b`); returns both as read, one-hot.
+fn millicode_context(c: &mut Circuit, f: &Front, user: &Expr) -> (Vec<Expr>, Vec<Expr>) {
     let bits = &f.bits;
     let rows = c.target.rows_per_head;
-    let user = not(&f.mode);
-
-    // The millicode context, written when user code runs a division.
     let div_entry = all_of(
         terms(bits, (0b0110011, None, Some(1))),
         &[bits[14].clone(), f.first.clone(), user.clone()],
@@ -178,7 +199,13 @@ pub fn build(c: &mut Circuit, f: &Front) -> Decoded {
     });
     let cb = oh(&c.read("ctx_b", ctx_b, row_zero(rows), None, entry_outputs("e", 0..80)));
 
-    // Classes.
+    (ca, cb)
+}
+
+/// The instruction's class: one exact 0/1 neuron per instruction (or family), on the
+/// pass that fetches it; anything else fetched is illegal.
+fn classes(c: &mut Circuit, f: &Front, user: &Expr) -> Classes {
+    let bits = &f.bits;
     let first = f.first.clone();
     let mut b = c.block("decode");
     let mut class = |name: &str, mut terms: Vec<Expr>, gate: &[Expr]| -> Expr {
@@ -282,7 +309,48 @@ pub fn build(c: &mut Circuit, f: &Front) -> Decoded {
     .fold(Expr::zero(), |e, x| e + x.clone());
     let illegal = first.clone() - legal;
 
-    // Immediates: per opcode family, which instruction bit lands in immediate bit i.
+    Classes {
+        lui,
+        auipc,
+        jal,
+        jalr,
+        branch,
+        load,
+        store,
+        addi,
+        slti,
+        sltiu,
+        xori,
+        ori,
+        andi,
+        slli,
+        srli,
+        srai,
+        add,
+        sub,
+        sll,
+        slt,
+        sltu,
+        xor,
+        srl,
+        sra,
+        or,
+        and,
+        mul,
+        mdiv,
+        fence,
+        ecall_user,
+        ecall_mc,
+        ebreak,
+        illegal,
+        sbsh_commit,
+    }
+}
+
+/// The immediate's bits, per opcode family (which instruction bit lands in immediate bit
+/// i), one-hot; zero when nothing is fetched.
+fn immediates(c: &mut Circuit, f: &Front) -> Vec<Expr> {
+    let bits = &f.bits;
     const SIGN: usize = 31;
     let src_i = |i: usize| Some(if i <= 10 { 20 + i } else { SIGN });
     let src_s = |i: usize| {
@@ -329,10 +397,21 @@ pub fn build(c: &mut Circuit, f: &Front) -> Decoded {
         }
     }
     c.add_block(b);
-    let imm = oh(&imm_s);
+    oh(&imm_s)
+}
 
-    // Register numbers: each field becomes a one-hot over the register file's 64 rows
-    // (user bank 0..31, shadow bank 32..63) and the factored address takes its marginals.
+/// Register numbers: each field becomes a one-hot over the register file's 64 rows (user
+/// bank 0..31, shadow bank 32..63) and the factored address takes its marginals. In
+/// millicode x29, x30 and x31 stand for the caller's rs1, rs2 and rd (`ca`, `cb`).
+/// Returns rs1, rs2, rd and whether nothing is to be written (rd is x0).
+fn register_numbers(
+    c: &mut Circuit,
+    f: &Front,
+    user: &Expr,
+    ca: &[Expr],
+    cb: &[Expr],
+) -> (RegDigits, RegDigits, RegDigits, Expr) {
+    let bits = &f.bits;
     let mut b = c.block("regs");
     let mut neuron = |name: String, cond: Expr| -> Expr {
         let s = b.output(name, Range::BIT);
@@ -345,7 +424,7 @@ pub fn build(c: &mut Circuit, f: &Front) -> Decoded {
     let mut register = |name: &str, is: &dyn Fn(usize) -> Vec<Expr>, windows: &[(usize, &[Expr])]| -> RegDigits {
         let mut rows: Vec<Expr> = vec![Expr::zero(); 64];
         for r in 0..32 {
-            rows[r] = rows[r].clone() + neuron(format!("{name}.u{r}"), all_of(is(r), std::slice::from_ref(&user)));
+            rows[r] = rows[r].clone() + neuron(format!("{name}.u{r}"), all_of(is(r), std::slice::from_ref(user)));
             if windows.iter().all(|(w, _)| *w != r) {
                 rows[32 + r] = neuron(format!("{name}.s{r}"), all_of(is(r), std::slice::from_ref(&f.mode)));
             }
@@ -391,55 +470,7 @@ pub fn build(c: &mut Circuit, f: &Front) -> Decoded {
         all_of(rd_is(31), &[f.mode.clone(), cb[0].clone()]),
     );
     c.add_block(b);
-
-    Decoded {
-        class: Classes {
-            lui,
-            auipc,
-            jal,
-            jalr,
-            branch,
-            load,
-            store,
-            addi,
-            slti,
-            sltiu,
-            xori,
-            ori,
-            andi,
-            slli,
-            srli,
-            srai,
-            add,
-            sub,
-            sll,
-            slt,
-            sltu,
-            xor,
-            srl,
-            sra,
-            or,
-            and,
-            mul,
-            mdiv,
-            fence,
-            ecall_user,
-            ecall_mc,
-            ebreak,
-            illegal,
-            sbsh_commit,
-        },
-        imm,
-        rs1,
-        rs2,
-        rd,
-        rd_zero: field_zero + ctx_zero,
-        ret_head: cb[32..48].to_vec(),
-        ret_rhi: cb[48..56].to_vec(),
-        ret_rlo: cb[56..72].to_vec(),
-        ret_slot: cb[72..80].to_vec(),
-        funct3_low: bits[12].clone() + bits[13].clone() * 2.0,
-    }
+    (rs1, rs2, rd, field_zero + ctx_zero)
 }
 
 /// The lower bound of an expression whose signals are all 0/1.
