@@ -33,11 +33,7 @@ impl SplicedModel {
                 dir.display()
             ),
         };
-        let mut base = checkpoint.config.clone();
-        base.hidden_size = section.base.hidden_size;
-        base.num_hidden_layers = section.base.num_hidden_layers;
-        base.layer_types = section.base.layer_types.clone();
-        base.vocab_size = section.base.vocab_size;
+        let base = section.base_config(&checkpoint.config);
         Ok(Self {
             checkpoint,
             section,

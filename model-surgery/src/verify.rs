@@ -222,11 +222,7 @@ fn check_chip_is_compiled(
     spliced: &TextConfig,
     prefix: &str,
 ) -> Result<String, SurgeryError> {
-    let mut base = spliced.clone();
-    base.hidden_size = section.base.hidden_size;
-    base.num_hidden_layers = section.base.num_hidden_layers;
-    base.layer_types = section.base.layer_types.clone();
-    base.vocab_size = section.base.vocab_size;
+    let base = section.base_config(spliced);
     let unbuilt = |e: String| {
         mismatch(format!(
             "this weightgen cannot compile the {:?} chip for this base: {e}",

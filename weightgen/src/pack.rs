@@ -89,7 +89,6 @@ pub fn write_pack(
     dir: &Path,
     progress: &dyn Fn(&str),
 ) -> Result<Manifest, PackError> {
-    refuse_existing(dir)?;
     let mut manifest = None;
     staging::write_dir(dir, |staged| {
         manifest = Some(write_into(chip, rv32im, staged, progress)?);

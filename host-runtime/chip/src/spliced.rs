@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use crate::pack::{residual_axis, Manifest, ResidualAxis, FORMAT_VERSION};
-use inband_qwen35::config::{Architecture, LayerType};
+use inband_qwen35::config::{Architecture, LayerType, TextConfig};
 use serde::{Deserialize, Serialize};
 
 /// Version of the `inband` section written into config.json.
@@ -48,6 +48,17 @@ pub struct InbandSection {
 }
 
 impl InbandSection {
+    /// The base model's text config, from the spliced checkpoint's (`spliced`): the
+    /// residual, layers and vocabulary as they were before splicing.
+    pub fn base_config(&self, spliced: &TextConfig) -> TextConfig {
+        let mut base = spliced.clone();
+        base.hidden_size = self.base.hidden_size;
+        base.num_hidden_layers = self.base.num_hidden_layers;
+        base.layer_types = self.base.layer_types.clone();
+        base.vocab_size = self.base.vocab_size;
+        base
+    }
+
     /// The section of a config.json; None when there is none. A chip spliced from a
     /// pack of another format version is refused with what to do about it.
     pub fn from_config(config: &serde_json::Value) -> Option<Result<Self, String>> {
