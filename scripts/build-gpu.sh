@@ -39,7 +39,6 @@ for tool in as ld; do cp "$("$gcc" -print-prog-name=$tool)" "$T/lib/riscv64-unkn
 for b in "$T/lib/gcc/riscv64-unknown-elf/$version/cc1" "$T/lib/riscv64-unknown-elf/bin/as" "$T/lib/riscv64-unknown-elf/bin/ld"; do
     ldd "$b" | awk '/=> \// && $3 !~ /\/lib(c|m)\.so/ {print $3}' | xargs -r -I{} cp -L {} "$T/so/"
 done
-# The CPU engine's chip token stream for hello, which the GPU machine's runs must reproduce.
 mkdir -p .gpu/trace
 # A 0.8b chip pack (the GPU machine's checkpoint is spliced from the same weights).
 pack=target/gpu-pack-0.8b
@@ -49,5 +48,13 @@ if [ "$(cat "$pack.stamp" 2>/dev/null)" != "$stamp" ]; then
     target/release/weightgen --shape 0.8b --out "$pack"
     echo "$stamp" >"$pack.stamp"
 fi
-target/release/inband run --engine chip --chip "$pack" --trace .gpu/trace/hello.trace firmware/examples/hello.c >/dev/null
+# The CPU engine's chip token streams, which the GPU kernels must reproduce (made again
+# when the pack or the program changed).
+for p in hello strings int64; do
+    t=.gpu/trace/$p.trace
+    if [ ! -s "$t" ] || [ "$t" -ot "$pack.stamp" ] || [ "$t" -ot ".gpu/elf/$p.elf" ]; then
+        target/release/inband run --engine chip --chip "$pack" --trace "$t.partial" ".gpu/elf/$p.elf" >/dev/null
+        mv "$t.partial" "$t"
+    fi
+done
 du -sh .gpu

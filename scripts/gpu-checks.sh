@@ -7,8 +7,10 @@
 # Sections (default: all, in this order), each step skipped once SECONDS (default 540)
 # are spent; everything lands in $OUT (log, JSON, traces):
 #   checkpoint    a spliced 0.8b-shape checkpoint: synth, weightgen, splice
-#   trace         hello inside it on CUDA; its chip token stream compared with the CPU
-#                 engine's (.gpu/trace/hello.trace, made by build-gpu.sh)
+#   trace         hello, strings and int64 inside it on CUDA, with each kernel (sparse,
+#                 reference); their chip token streams compared with the CPU engine's
+#                 (.gpu/trace, made by build-gpu.sh)
+#   profile       each kernel built with -DPROFILE: cycles per pass by phase
 #   transformers  the chip pack exported as a stand-alone Qwen3_5ForCausalLM, stepped by
 #                 stock transformers over that stream (tests/reference/chip_in_transformers.py)
 #   text          stock transformers' text logits, spliced vs base checkpoint
@@ -16,7 +18,7 @@
 #                 vs stock transformers' logits; CPU vs CUDA logits; text speed on each
 #   speed         stock transformers decoding the spliced checkpoint on hello's token stream
 #   examples      every example but Euler #10 on CUDA, output compared with golden's
-#   bench         inband bench --device cuda
+#   bench         inband bench --device cuda --against-reference (both kernels, the ratio)
 #   verify        ISA tests, the shorter examples and whole_ram under --verify on CUDA
 #   euler10       Project Euler #10 inside the spliced checkpoint on CUDA, timed
 #   inband        in-band execution in a generation from the spliced checkpoint (VM on
@@ -93,9 +95,22 @@ for section in "${SECTIONS[@]}"; do
         step 60 $B/weight-surgery inspect "$W/spliced"
         ;;
     trace)
-        step 60 $B/inband run "${M[@]}" --stats --trace "$OUT/hello.cuda.trace" $E/hello.elf
-        step 10 cmp "$OUT/hello.cuda.trace" .gpu/trace/hello.trace &&
-            echo "   hello: CUDA and CPU chip token streams identical" >>"$LOG"
+        # Each CUDA kernel's chip token streams vs the CPU engine's (.gpu/trace, made by build-gpu.sh).
+        for k in sparse reference; do
+            for p in hello strings int64; do
+                step 120 $B/inband run "${M[@]}" --kernel $k --stats --trace "$OUT/$p.$k.trace" $E/$p.elf &&
+                    if cmp -s "$OUT/$p.$k.trace" .gpu/trace/$p.trace; then
+                        echo "   $p ($k kernel): CUDA and CPU chip token streams identical" >>"$LOG"
+                    else
+                        echo "   $p ($k kernel): TOKEN STREAMS DIFFER from the CPU engine's" >>"$LOG"
+                    fi
+            done
+        done
+        ;;
+    profile)
+        for k in sparse reference; do
+            INBAND_KERNEL_OPTIONS=-DPROFILE step 120 $B/inband bench "${M[@]:2}" --kernel $k $E/hello.elf $E/strings.elf
+        done
         ;;
     transformers)
         step 150 python3 tests/reference/chip_in_transformers.py export "$W/pack" "$W/hf-chip"
@@ -134,7 +149,7 @@ for section in "${SECTIONS[@]}"; do
         for p in hello strings int64 sort structures fib; do vs_golden $p 300; done
         ;;
     bench)
-        step 200 $B/inband bench "${M[@]:2}" $E/hello.elf $E/strings.elf $E/int64.elf
+        step 300 $B/inband bench "${M[@]:2}" --against-reference $E/hello.elf $E/strings.elf $E/int64.elf $E/sort.elf
         ;;
     verify)
         V=(--engine chip --device cuda --chip "$W/pack")

@@ -3,6 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
+use inband_chip::ChipModel;
+use inband_firmware::ProgramImage;
 use inband_golden::{Environment, Machine, RunEnd};
 
 use crate::program;
@@ -11,11 +13,14 @@ use crate::vm::{self, ChipSource};
 /// Instructions a bench program may retire.
 const BENCH_BUDGET: u64 = 4_000_000_000;
 
-/// Runs each program in the chip (and on the golden engine, for its output) and prints a table.
+/// Runs each program in the chip (and on the golden engine, for its output) and prints a
+/// table; with `against_reference`, each program also on the reference CUDA kernel, with
+/// the speed ratio.
 pub fn bench(
     programs: &[PathBuf],
     source: &ChipSource,
     device: vm::Device,
+    against_reference: bool,
     toolchain: Option<&Path>,
 ) -> anyhow::Result<()> {
     let defaults: Vec<PathBuf> = ["hello", "strings", "int64"]
@@ -26,46 +31,66 @@ pub fn bench(
     let chip = source.open()?;
     println!("| program | device | instructions | forward passes | passes/instruction | steps/s | instructions/s |");
     println!("|---|---|---|---|---|---|---|");
+    let mut ratios = Vec::new();
     for path in programs {
+        let name = path
+            .file_stem()
+            .map(|s| s.to_string_lossy())
+            .unwrap_or_default()
+            .to_string();
         let image = program::load_program(path, toolchain)?;
-        let mut golden = Machine::new(&image, Environment::BareMetal);
-        let golden_end = golden.run(BENCH_BUDGET);
-        let mut console = Vec::new();
-        let run = vm::run(
-            &chip,
-            device,
-            &image,
-            vm::Limits::instructions(BENCH_BUDGET),
-            false,
-            None,
-            &mut console,
-        )?;
-        if console != golden.console {
-            anyhow::bail!("{}: the chip's output differs from the golden engine's", path.display());
+        let speed = bench_one(&chip, device, &image, &name)?;
+        if against_reference {
+            let reference = bench_one(&chip, device.with_kernel(vm::CudaKernel::Reference), &image, &name)?;
+            ratios.push((name, speed / reference));
         }
-        if !matches!((&run.end, &golden_end), (RunEnd::Exited(a), RunEnd::Exited(b)) if a == b) {
-            anyhow::bail!(
-                "{}: the chip ended with {:?}, golden with {:?}",
-                path.display(),
-                run.end,
-                golden_end
-            );
-        }
-        let c = run.counts;
-        let seconds = run.run_seconds.max(1e-9);
-        println!(
-            "| {} | {} | {} | {} | {:.3} | {:.0} | {:.0} |",
-            path.file_stem().map(|s| s.to_string_lossy()).unwrap_or_default(),
-            match device {
-                vm::Device::Cpu => "cpu".to_string(),
-                vm::Device::Cuda(n) => format!("cuda:{n}"),
-            },
-            c.retired,
-            c.passes,
-            c.passes as f64 / c.retired.max(1) as f64,
-            c.passes as f64 / seconds,
-            c.retired as f64 / seconds,
-        );
+    }
+    for (name, ratio) in ratios {
+        println!("{name}: the sparse kernel runs {ratio:.2}× the reference kernel's passes/s");
     }
     Ok(())
+}
+
+/// One program on `device`: checks its output against golden's, prints its table row and
+/// returns its passes per second.
+fn bench_one(chip: &ChipModel, device: vm::Device, image: &ProgramImage, name: &str) -> anyhow::Result<f64> {
+    let mut golden = Machine::new(image, Environment::BareMetal);
+    let golden_end = golden.run(BENCH_BUDGET);
+    let mut console = Vec::new();
+    let run = vm::run(
+        chip,
+        device,
+        image,
+        vm::Limits::instructions(BENCH_BUDGET),
+        false,
+        None,
+        &mut console,
+    )?;
+    if console != golden.console {
+        anyhow::bail!("{name}: the chip's output differs from the golden engine's");
+    }
+    if !matches!((&run.end, &golden_end), (RunEnd::Exited(a), RunEnd::Exited(b)) if a == b) {
+        anyhow::bail!(
+            "{name}: the chip ended with {:?}, golden with {:?}",
+            run.end,
+            golden_end
+        );
+    }
+    let c = run.counts;
+    let seconds = run.run_seconds.max(1e-9);
+    let passes_per_second = c.passes as f64 / seconds;
+    println!(
+        "| {name} | {} | {} | {} | {:.3} | {:.0} | {:.0} |",
+        match device {
+            vm::Device::Cpu => "cpu".to_string(),
+            vm::Device::Cuda(n, vm::CudaKernel::Sparse) => format!("cuda:{n}"),
+            vm::Device::Cuda(n, vm::CudaKernel::Reference) => format!("cuda:{n} (reference kernel)"),
+        },
+        c.retired,
+        c.passes,
+        c.passes as f64 / c.retired.max(1) as f64,
+        passes_per_second,
+        c.retired as f64 / seconds,
+    );
+    Ok(passes_per_second)
 }

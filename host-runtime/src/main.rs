@@ -108,6 +108,10 @@ enum Command {
         /// (chip) Where the chip layers run: cpu, or cuda[:N] (needs a CUDA build).
         #[arg(long, default_value = "cpu", value_parser = vm::Device::parse)]
         device: vm::Device,
+        /// (chip, cuda) The CUDA kernel: sparse (driven by the residual's nonzeros) or
+        /// reference (every projection row by row, the yardstick).
+        #[arg(long, value_enum, default_value_t)]
+        kernel: vm::CudaKernel,
         /// (chip) Write every forward pass's input and chosen chip token ids to this file,
         /// one pass per line (`input chosen`), boot included: the stream another runner
         /// (stock transformers) must reproduce.
@@ -164,6 +168,13 @@ enum Command {
         /// Where the chip layers run: cpu, or cuda[:N] (needs a CUDA build).
         #[arg(long, default_value = "cpu", value_parser = vm::Device::parse)]
         device: vm::Device,
+        /// (cuda) The CUDA kernel: sparse or reference.
+        #[arg(long, value_enum, default_value_t)]
+        kernel: vm::CudaKernel,
+        /// (cuda) Also run every program on the reference kernel, in the same process, and
+        /// print the speed ratio.
+        #[arg(long)]
+        against_reference: bool,
         /// Run the chip layers of this spliced checkpoint.
         #[arg(long)]
         model: Option<PathBuf>,
@@ -175,6 +186,9 @@ enum Command {
         toolchain: Option<PathBuf>,
     },
 }
+
+/// `--kernel` given without a GPU to run it on.
+const KERNEL_WITHOUT_CUDA: &str = "--kernel chooses the CUDA kernel: give --device cuda";
 
 /// Prints `message` as one line on stderr.
 fn report(message: impl std::fmt::Display) {
@@ -226,9 +240,15 @@ fn main() -> ExitCode {
             model,
             chip,
             device,
+            kernel,
             trace,
             toolchain,
         } => {
+            if kernel != vm::CudaKernel::default() && device == vm::Device::Cpu {
+                report(KERNEL_WITHOUT_CUDA);
+                return ExitCode::from(status::BUILD_OR_LOAD_FAILED);
+            }
+            let device = device.with_kernel(kernel);
             if engine == Engine::Golden {
                 let chip_only = [
                     (model.is_some(), "--model"),
@@ -290,15 +310,29 @@ fn main() -> ExitCode {
         Command::Bench {
             programs,
             device,
+            kernel,
+            against_reference,
             model,
             chip,
             toolchain,
         } => {
+            if kernel != vm::CudaKernel::default() && device == vm::Device::Cpu {
+                report(KERNEL_WITHOUT_CUDA);
+                return ExitCode::FAILURE;
+            }
+            let device = device.with_kernel(kernel);
+            if against_reference && !matches!(device, vm::Device::Cuda(_, vm::CudaKernel::Sparse)) {
+                report(
+                    "--against-reference runs the sparse CUDA kernel beside the reference one: \
+                     give --device cuda (and no --kernel reference)",
+                );
+                return ExitCode::FAILURE;
+            }
             let Some(source) = ChipSource::from_options(model.as_deref(), chip.as_deref()) else {
                 report(NO_CHIP);
                 return ExitCode::FAILURE;
             };
-            match bench::bench(&programs, &source, device, toolchain.as_deref()) {
+            match bench::bench(&programs, &source, device, against_reference, toolchain.as_deref()) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     report_error(&e);

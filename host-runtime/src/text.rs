@@ -195,12 +195,12 @@ impl TextModel {
                 TextEngine::Cpu(Box::new(dense.row_invariant()))
             }
             #[cfg(feature = "cuda")]
-            crate::vm::Device::Cuda(ordinal) => {
+            crate::vm::Device::Cuda(ordinal, _) => {
                 let gpu = crate::gpu::text::GpuTextModel::from_source(&config, &prefix, source, ordinal)?;
                 TextEngine::Cuda(Box::new(gpu))
             }
             #[cfg(not(feature = "cuda"))]
-            crate::vm::Device::Cuda(_) => bail!(
+            crate::vm::Device::Cuda(..) => bail!(
                 "this inband was built without CUDA support: build it with `scripts/build-gpu.sh` (cargo feature `cuda`)"
             ),
         };

@@ -19,8 +19,18 @@ use inband_golden::{Environment, Machine, RunEnd};
 pub enum Device {
     /// The sparse path of the project's layer math, on the CPU.
     Cpu,
-    /// The CUDA kernel, on GPU `ordinal`.
-    Cuda(usize),
+    /// A CUDA kernel, on GPU `ordinal`.
+    Cuda(usize, CudaKernel),
+}
+
+/// Which CUDA kernel runs the chip layers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum CudaKernel {
+    /// Driven by the residual's nonzeros: touches only the weights a pass uses.
+    #[default]
+    Sparse,
+    /// Every projection row by row, in one thread block: the yardstick.
+    Reference,
 }
 
 impl Device {
@@ -28,12 +38,20 @@ impl Device {
     pub fn parse(s: &str) -> Result<Self, String> {
         match s {
             "cpu" => Ok(Self::Cpu),
-            "cuda" => Ok(Self::Cuda(0)),
+            "cuda" => Ok(Self::Cuda(0, CudaKernel::default())),
             _ => s
                 .strip_prefix("cuda:")
                 .and_then(|n| n.parse().ok())
-                .map(Self::Cuda)
+                .map(|n| Self::Cuda(n, CudaKernel::default()))
                 .ok_or_else(|| format!("unknown device {s:?} (cpu, cuda, cuda:N)")),
+        }
+    }
+
+    /// This device running `kernel` (where it is a GPU).
+    pub fn with_kernel(self, kernel: CudaKernel) -> Self {
+        match self {
+            Self::Cuda(n, _) => Self::Cuda(n, kernel),
+            Self::Cpu => Self::Cpu,
         }
     }
 }
@@ -73,9 +91,15 @@ pub fn engine<'a>(chip: &'a ChipModel, device: Device) -> anyhow::Result<Box<dyn
     match device {
         Device::Cpu => Ok(Box::new(ChipRunner::new(chip)?)),
         #[cfg(feature = "cuda")]
-        Device::Cuda(ordinal) => Ok(Box::new(crate::gpu::GpuChip::new(chip, ordinal)?)),
+        Device::Cuda(ordinal, kernel) => {
+            let kernel = match kernel {
+                CudaKernel::Sparse => crate::gpu::Kernel::Sparse,
+                CudaKernel::Reference => crate::gpu::Kernel::Reference,
+            };
+            Ok(Box::new(crate::gpu::GpuChip::new(chip, ordinal, kernel)?))
+        }
         #[cfg(not(feature = "cuda"))]
-        Device::Cuda(_) => anyhow::bail!(
+        Device::Cuda(..) => anyhow::bail!(
             "this inband was built without CUDA support: build it with `scripts/build-gpu.sh` (cargo feature `cuda`)"
         ),
     }

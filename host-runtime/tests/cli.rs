@@ -254,6 +254,29 @@ fn bad_arguments_are_refused_before_any_work() {
             &["generate", "--model", "m", "--prompt", "p", "--max-region-seconds", "0"],
             "not a positive number",
         ),
+        (&["bench", "--chip", "p", "--against-reference"], "give --device cuda"),
+        (
+            &[
+                "bench",
+                "--chip",
+                "p",
+                "--device",
+                "cuda",
+                "--kernel",
+                "reference",
+                "--against-reference",
+            ],
+            "no --kernel reference",
+        ),
+        (&["bench", "--chip", "p", "--kernel", "reference"], "give --device cuda"),
+        (
+            &["run", "--engine", "chip", "--chip", "p", "--kernel", "reference", "x.c"],
+            "give --device cuda",
+        ),
+        (
+            &["run", "--engine", "chip", "--kernel", "fastest", "x.c"],
+            "invalid value",
+        ),
     ] {
         let out = inband(args);
         assert!(!out.status.success(), "{args:?}");

@@ -1,8 +1,13 @@
 //! The GPU engine: the chip layers' forward pass as one NVRTC-compiled CUDA kernel that
 //! runs many passes per launch (embedding, every chip layer, the token choice, feeding
 //! the choice back), so the host only reads the chosen tokens. The math is the sparse
-//! path's (inband-qwen35 `sparse`), with the layers' nonzero weights in sliced-ELL form in
-//! GPU memory; the CUDA libraries are loaded at run time (built without CUDA installed).
+//! path's (inband-qwen35 `sparse`); the CUDA libraries are loaded at run time (built
+//! without CUDA installed).
+//!
+//! Two kernels: the activation-sparse one (`sparse`, the default), which only touches the
+//! weights of the residual's nonzeros, and the row-by-row `reference` it is measured and
+//! checked against. This module holds what they share: the token tables, the launch
+//! loop, the engine interface.
 
 use std::sync::Arc;
 
@@ -12,12 +17,16 @@ use cudarc::driver::{
     CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg,
 };
 use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
-use inband_chip::{ChipLayers, ChipModel, ChipToken, PassEngine};
-use inband_qwen35::sparse::SparseMatrix;
+use inband_chip::{ChipLayers, ChipModel, ChipSpec, ChipToken, PassEngine};
+use inband_qwen35::sparse::SparseLayer;
 
+mod reference;
+mod sparse;
 pub mod text;
 
-const KERNEL: &str = include_str!("chip_kernel.cu");
+const COMMON: &str = include_str!("chip_common.cuh");
+const REFERENCE_KERNEL: &str = include_str!("chip_reference.cu");
+const SPARSE_KERNEL: &str = include_str!("chip_sparse.cu");
 const THREADS: u32 = 1024;
 /// Passes one launch may run (the host reads the chosen tokens after each launch).
 const LOOKAHEAD: usize = 1 << 15;
@@ -52,58 +61,28 @@ struct Dims {
     chip_base: u32,
     scratch: u32,
     act: u32,
-}
-
-/// Mirrors the kernel's `Ell`: one sliced-ELL matrix.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default)]
-struct Ell {
-    slices: u32,
-    base: u32,
-    len: u32,
-    row_out: u32,
-    row_len: u32,
-}
-
-/// Mirrors the kernel's `Layer`: offsets into the index (I), weight (W) and state (S) arrays.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default)]
-struct LayerOffsets {
-    in_gain: u32,
-    post_gain: u32,
-    xin: Ell,
-    n_live: u32,
-    live: u32,
-    taps: u32,
-    conv_state: u32,
-    z_at: u32,
-    b_at: u32,
-    a_at: u32,
-    a_log: u32,
-    dt_bias: u32,
-    norm: u32,
-    out: Ell,
-    gate_up: Ell,
-    n_neur: u32,
-    down: Ell,
-    rec: u32,
+    norm_inv: f32,
+    anchor_ulp: f32,
+    delayed: u32,
 }
 
 unsafe impl DeviceRepr for Dims {}
-unsafe impl DeviceRepr for LayerOffsets {}
 
-/// One projection row for the ELL builder: where its sum goes, and its nonzero
-/// (column, weight) pairs in ascending column order.
-type Row = (u32, Vec<(usize, f32)>);
+/// Which chip kernel the GPU engine runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Kernel {
+    /// Driven by the residual's nonzeros (`chip_sparse.cu`).
+    #[default]
+    Sparse,
+    /// Every projection row by row (`chip_reference.cu`), the yardstick.
+    Reference,
+}
 
-/// Flat arrays the kernel reads.
+/// Flat arrays the kernels read: indices (I), floats (W), and the state's (S) size.
 #[derive(Default)]
-struct Flat {
+pub struct Flat {
     i: Vec<u32>,
     w: Vec<f32>,
-    /// ELL entries: columns and weights, index for index.
-    c: Vec<u16>,
-    v: Vec<f32>,
     state_len: usize,
 }
 
@@ -114,43 +93,19 @@ impl Flat {
         at
     }
 
+    /// `v` at an offset that is a multiple of `align` floats (the kernel loads it as
+    /// float2 or float4).
+    fn floats_aligned(&mut self, v: &[f32], align: usize) -> u32 {
+        while !self.w.len().is_multiple_of(align) {
+            self.w.push(0.0);
+        }
+        self.floats(v)
+    }
+
     fn ints(&mut self, v: &[u32]) -> u32 {
         let at = self.i.len() as u32;
         self.i.extend_from_slice(v);
         at
-    }
-
-    /// Sliced ELL of `rows`: sorted by length (longest first) so each slice of 32 pads
-    /// little, and stored column-major within a slice so a warp's loads are coalesced.
-    fn ell(&mut self, mut rows: Vec<Row>) -> anyhow::Result<Ell> {
-        rows.sort_by_key(|(_, entries)| std::cmp::Reverse(entries.len()));
-        let slices = rows.len().div_ceil(32);
-        let (mut base, mut len) = (Vec::new(), Vec::new());
-        let (mut row_out, mut row_len) = (vec![u32::MAX; slices * 32], vec![0u32; slices * 32]);
-        for (s, slice) in rows.chunks(32).enumerate() {
-            let longest = slice.iter().map(|(_, e)| e.len()).max().unwrap_or(0);
-            base.push(u32::try_from(self.c.len()).context("chip projections too large for the GPU kernel")?);
-            len.push(longest as u32);
-            for k in 0..longest {
-                for lane in 0..32 {
-                    let (col, val) = slice.get(lane).and_then(|(_, e)| e.get(k)).copied().unwrap_or((0, 0.0));
-                    self.c
-                        .push(u16::try_from(col).context("a projection input wider than 65536 for the GPU kernel")?);
-                    self.v.push(val);
-                }
-            }
-            for (lane, (target, entries)) in slice.iter().enumerate() {
-                row_out[s * 32 + lane] = *target;
-                row_len[s * 32 + lane] = entries.len() as u32;
-            }
-        }
-        Ok(Ell {
-            slices: slices as u32,
-            base: self.ints(&base),
-            len: self.ints(&len),
-            row_out: self.ints(&row_out),
-            row_len: self.ints(&row_len),
-        })
     }
 
     fn state(&mut self, n: usize) -> u32 {
@@ -158,31 +113,78 @@ impl Flat {
         self.state_len += n;
         at
     }
+
+    /// A layer's causal conv over its live channels: (count, channel list, their taps, their
+    /// ring of three cached raw inputs in S).
+    fn conv(&mut self, layer: &SparseLayer) -> (u32, u32, u32, u32) {
+        let k = layer.config.linear_conv_kernel_dim;
+        let live = &layer.live_channels;
+        let taps: Vec<f32> = live
+            .iter()
+            .flat_map(|&ch| layer.conv[ch * k..(ch + 1) * k].to_vec())
+            .collect();
+        (
+            live.len() as u32,
+            self.ints(&live.iter().map(|x| *x as u32).collect::<Vec<_>>()),
+            self.floats(&taps),
+            self.state(3 * live.len()),
+        )
+    }
 }
 
-/// Row `r` of `m` as (target, nonzeros).
-fn row(m: &SparseMatrix, r: usize, target: usize) -> Row {
-    let (cols, vals) = m.row(r);
-    let entries = cols.iter().zip(vals).map(|(c, v)| (*c as usize, *v)).collect();
-    (target as u32, entries)
+/// A kernel's per-layer offset tables as words, and the sizes its shared memory needs.
+pub struct LayerTables {
+    words: Vec<u32>,
+    /// Where each layer's recurrent state starts in S.
+    recurrent: Vec<u32>,
+    /// Floats of the kernel's two scratch buffers.
+    scratch: usize,
+    act: usize,
+    /// The most conv channels with delayed taps in a layer (the sparse kernel's).
+    delayed: usize,
 }
 
-fn nonempty_rows(m: &SparseMatrix) -> Vec<usize> {
-    (0..m.rows).filter(|&r| !m.row_is_empty(r)).collect()
+impl LayerTables {
+    /// `offsets` (a `#[repr(C)]` struct of u32 fields only) as words.
+    fn of<T: Copy>(offsets: &[T], recurrent: Vec<u32>, scratch: usize, act: usize) -> Self {
+        assert_eq!(std::mem::size_of::<T>() % 4, 0);
+        let n = std::mem::size_of_val(offsets) / 4;
+        // SAFETY: T is a repr(C) struct of u32 fields (no padding), read as n words.
+        let words = unsafe { std::slice::from_raw_parts(offsets.as_ptr() as *const u32, n) }.to_vec();
+        Self {
+            words,
+            recurrent,
+            scratch,
+            act,
+            delayed: 0,
+        }
+    }
+}
+
+/// A layer's live neurons (gate and up rows both nonzero) numbered compactly.
+fn compact_neurons(layer: &SparseLayer) -> std::collections::HashMap<usize, usize> {
+    layer.live_neurons.iter().enumerate().map(|(i, &r)| (r, i)).collect()
+}
+
+/// The projection entries a kernel reads besides I and W.
+enum Entries {
+    /// The reference kernel's ELL columns and weights.
+    Ell { cols: CudaSlice<u16>, vals: CudaSlice<f32> },
+    /// The sparse kernel's CSC (row, weight bits) pairs.
+    Csc(CudaSlice<u32>),
 }
 
 /// The chip on a GPU.
 pub struct GpuChip {
     stream: Arc<CudaStream>,
-    kernel: CudaFunction,
+    function: CudaFunction,
     dims: CudaSlice<Dims>,
-    layers: CudaSlice<LayerOffsets>,
+    layers: CudaSlice<u32>,
     i: CudaSlice<u32>,
-    ell_cols: CudaSlice<u16>,
-    ell_vals: CudaSlice<f32>,
+    entries: Entries,
     w: CudaSlice<f32>,
     s: CudaSlice<f32>,
-    /// passes done, conv ring position, last token.
+    /// passes done, conv ring position, last token, error.
     ctl: CudaSlice<u32>,
     outputs: CudaSlice<u32>,
     shared_bytes: u32,
@@ -193,8 +195,9 @@ pub struct GpuChip {
     dv: usize,
 }
 
-/// Compiles CUDA `source` with NVRTC for the H200 and loads it into `ctx`.
-fn compile(ctx: &Arc<CudaContext>, source: &str, what: &str) -> anyhow::Result<Arc<CudaModule>> {
+/// Compiles CUDA `source` with NVRTC for the H200 (with `defines` and the
+/// [`KERNEL_OPTIONS_ENV`] options) and loads it into `ctx`.
+fn compile(ctx: &Arc<CudaContext>, source: &str, what: &str, defines: &[String]) -> anyhow::Result<Arc<CudaModule>> {
     let ptx = compile_ptx_with_opts(
         source,
         CompileOptions {
@@ -204,16 +207,90 @@ fn compile(ctx: &Arc<CudaContext>, source: &str, what: &str) -> anyhow::Result<A
             prec_div: Some(true),
             prec_sqrt: Some(true),
             arch: Some("sm_90"),
-            options: std::env::var(KERNEL_OPTIONS_ENV)
-                .unwrap_or_default()
-                .split_whitespace()
-                .map(String::from)
+            options: defines
+                .iter()
+                .cloned()
+                .chain(
+                    std::env::var(KERNEL_OPTIONS_ENV)
+                        .unwrap_or_default()
+                        .split_whitespace()
+                        .map(String::from),
+                )
                 .collect(),
             ..Default::default()
         },
     )
     .with_context(|| format!("NVRTC could not compile {what}"))?;
     ctx.load_module(ptx).with_context(|| format!("loading {what}"))
+}
+
+/// A chip kernel's source: the shared header pasted in place of its `#include`
+/// (NVRTC is given one string).
+fn kernel_source(kernel: Kernel) -> String {
+    let body = match kernel {
+        Kernel::Sparse => SPARSE_KERNEL,
+        Kernel::Reference => REFERENCE_KERNEL,
+    };
+    body.replace("#include \"chip_common.cuh\"", COMMON)
+}
+
+/// The sparse kernel's error code when a norm's factor is not the pinned one.
+const ERR_NORM_UNPINNED: u32 = 1;
+/// The sparse kernel's error code when a norm had more nonzeros than its list holds.
+const ERR_TOO_MANY_NONZEROS: u32 = 2;
+
+/// The projection entries before upload.
+enum EntriesHost {
+    Ell(reference::EllEntries),
+    Csc(sparse::CscEntries),
+}
+
+/// The token tables (embedding and token choice) of `spec`, in I and W, as a [`Dims`]
+/// whose other fields the caller fills in.
+fn token_tables(spec: &ChipSpec, f: &mut Flat) -> anyhow::Result<Dims> {
+    if spec.tokens.kinds.len() > 32 || spec.tokens.fields.len() > 64 {
+        bail!("the GPU chip kernel handles up to 32 token kinds and 64 fields");
+    }
+    let kinds = &spec.tokens.kinds;
+    let mut d = Dims {
+        kinds: kinds.len() as u32,
+        fields: spec.tokens.fields.len() as u32,
+        anchors: spec.anchors.len() as u32,
+        chip_base: spec.hidden as u32,
+        ..Default::default()
+    };
+    d.kind_dim = f.ints(&spec.kind_dims.iter().map(|x| *x as u32).collect::<Vec<_>>());
+    let mut kind_fields = Vec::new();
+    for kind in kinds {
+        if kind.fields.len() > 8 {
+            bail!("a chip token kind has more than 8 fields");
+        }
+        let mut row: Vec<u32> = kind.fields.iter().map(|x| *x as u32).collect();
+        row.resize(8, 0);
+        kind_fields.extend(row);
+    }
+    d.kind_fields = f.ints(&kind_fields);
+    d.kind_nfields = f.ints(&kinds.iter().map(|k| k.fields.len() as u32).collect::<Vec<_>>());
+    d.kind_offset = f.ints(
+        &(0..kinds.len())
+            .map(|k| spec.tokens.kind_offset(k) as u32)
+            .collect::<Vec<_>>(),
+    );
+    d.field_size = f.ints(&spec.tokens.fields.iter().map(|x| x.size as u32).collect::<Vec<_>>());
+    d.field_dim = f.ints(&spec.field_dims.iter().map(|dims| dims[0] as u32).collect::<Vec<_>>());
+    d.anchor_dim = f.ints(&spec.anchors.iter().map(|(dm, _)| *dm as u32).collect::<Vec<_>>());
+    d.anchor_value = f.floats(&spec.anchors.iter().map(|(_, v)| *v).collect::<Vec<_>>());
+    // The kernels' exact residual norm relies on the anchors being the first chip dims.
+    if spec.anchors.iter().enumerate().any(|(i, (dm, _))| *dm != i) {
+        bail!("the chip's anchors are not its first dimensions");
+    }
+    // Field values must sit in consecutive dims for the kernels' indexing.
+    for (field, dims) in spec.tokens.fields.iter().zip(&spec.field_dims) {
+        if dims.iter().enumerate().any(|(v, dm)| *dm != dims[0] + v) {
+            bail!("field {} is not laid out contiguously", field.name);
+        }
+    }
+    Ok(d)
 }
 
 /// Checks that the CUDA driver and NVRTC libraries can be loaded.
@@ -235,8 +312,8 @@ pub fn available() -> anyhow::Result<()> {
 }
 
 impl GpuChip {
-    /// Uploads `chip`'s layers to GPU `ordinal` and compiles the kernel.
-    pub fn new(chip: &ChipModel, ordinal: usize) -> anyhow::Result<Self> {
+    /// Uploads `chip`'s layers to GPU `ordinal` and compiles `kernel`.
+    pub fn new(chip: &ChipModel, ordinal: usize, kernel: Kernel) -> anyhow::Result<Self> {
         available()?;
         let ChipLayers::Sparse(layers) = &chip.layers else {
             bail!("the GPU engine is built from the chip's sparse layers")
@@ -249,181 +326,72 @@ impl GpuChip {
             c.linear_num_key_heads,
             c.linear_num_value_heads,
         );
-        let k = c.linear_conv_kernel_dim;
-        if k != 4 || dk > 128 || dv > 128 || hv > 32 {
+        if c.linear_conv_kernel_dim != 4 || dk > 128 || dv > 128 || hv > 32 {
             bail!("the GPU chip kernel handles conv kernel 4, key and value dims up to 128 and up to 32 value heads");
         }
-        let mut f = Flat::default();
-        let mut offsets = Vec::new();
-        let (mut scratch, mut act) = (0usize, 0usize);
-        let mut recurrent = Vec::new();
-        for layer in layers {
-            let mut o = LayerOffsets {
-                in_gain: f.floats(&layer.input_gain),
-                post_gain: f.floats(&layer.post_gain),
-                ..Default::default()
-            };
-            let live = &layer.live_channels;
-            o.n_live = live.len() as u32;
-            o.live = f.ints(&live.iter().map(|x| *x as u32).collect::<Vec<_>>());
-            let taps: Vec<f32> = live
-                .iter()
-                .flat_map(|&ch| layer.conv[ch * k..(ch + 1) * k].to_vec())
-                .collect();
-            o.taps = f.floats(&taps);
-            o.conv_state = f.state(3 * live.len());
-            // Scratch for the input projections: live qkv channels | z | b | a; every row
-            // is listed (empty ones write 0) because the MLP reuses the scratch.
-            (o.z_at, o.b_at, o.a_at) = (
-                live.len() as u32,
-                (live.len() + hv * dv) as u32,
-                (live.len() + hv * dv + hv) as u32,
-            );
-            let mut xin: Vec<Row> = live.iter().enumerate().map(|(i, &ch)| row(&layer.qkv, ch, i)).collect();
-            xin.extend((0..hv * dv).map(|r| row(&layer.z, r, o.z_at as usize + r)));
-            xin.extend((0..hv).map(|r| row(&layer.b, r, o.b_at as usize + r)));
-            xin.extend((0..hv).map(|r| row(&layer.a, r, o.a_at as usize + r)));
-            scratch = scratch.max(xin.len());
-            o.xin = f.ell(xin)?;
-            o.a_log = f.floats(&layer.a_log);
-            o.dt_bias = f.floats(&layer.dt_bias);
-            o.norm = f.floats(&layer.norm);
-            o.out = f.ell(
-                nonempty_rows(&layer.out_proj)
-                    .into_iter()
-                    .map(|r| row(&layer.out_proj, r, r))
-                    .collect(),
-            )?;
-            // Neurons whose gate and up rows are both nonzero, numbered compactly.
-            let neurons = &layer.live_neurons;
-            let n = neurons.len();
-            o.n_neur = n as u32;
-            scratch = scratch.max(2 * n);
-            act = act.max(n);
-            let mut gate_up: Vec<Row> = neurons
-                .iter()
-                .enumerate()
-                .map(|(i, &r)| row(&layer.gate, r, i))
-                .collect();
-            gate_up.extend(neurons.iter().enumerate().map(|(i, &r)| row(&layer.up, r, n + i)));
-            o.gate_up = f.ell(gate_up)?;
-            // Down over the compact numbering (a dead neuron's activation is 0: its terms are dropped).
-            let compact: std::collections::HashMap<usize, usize> =
-                neurons.iter().enumerate().map(|(i, &r)| (r, i)).collect();
-            let down: Vec<Row> = nonempty_rows(&layer.down)
-                .into_iter()
-                .map(|r| {
-                    let (t, e) = row(&layer.down, r, r);
-                    (
-                        t,
-                        e.into_iter()
-                            .filter_map(|(col, v)| compact.get(&col).map(|&i| (i, v)))
-                            .collect(),
-                    )
-                })
-                .collect();
-            o.down = f.ell(down)?;
-            o.rec = f.state(hv * dk * dv);
-            recurrent.push(o.rec);
-            offsets.push(o);
-        }
-        // Token tables.
         let spec = &chip.spec;
-        let mut d = Dims {
-            width: width as u32,
-            conv_dim: c.conv_dim() as u32,
-            key_dim: c.key_dim() as u32,
-            dk: dk as u32,
-            dv: dv as u32,
-            hk: hk as u32,
-            hv: hv as u32,
-            layers: layers.len() as u32,
-            eps: c.rms_norm_eps as f32,
-            kinds: spec.tokens.kinds.len() as u32,
-            fields: spec.tokens.fields.len() as u32,
-            scratch: scratch as u32,
-            act: act as u32,
-            anchors: spec.anchors.len() as u32,
-            chip_base: spec.hidden as u32,
-            ..Default::default()
+        let eps = c.rms_norm_eps as f32;
+        let mut f = Flat::default();
+        let (tables, entries, norm) = match kernel {
+            Kernel::Reference => {
+                let (t, e) = reference::tables(layers, &mut f)?;
+                (t, EntriesHost::Ell(e), None)
+            }
+            Kernel::Sparse => {
+                let norm = sparse::PinnedNorm::of(spec, width, eps)?;
+                let (t, e) = sparse::tables(layers, spec, norm, &mut f)?;
+                (t, EntriesHost::Csc(e), Some(norm))
+            }
         };
-        d.kind_dim = f.ints(&spec.kind_dims.iter().map(|x| *x as u32).collect::<Vec<_>>());
-        let mut kf = Vec::new();
-        for kind in &spec.tokens.kinds {
-            if kind.fields.len() > 8 {
-                bail!("a chip token kind has more than 8 fields");
-            }
-            let mut row: Vec<u32> = kind.fields.iter().map(|x| *x as u32).collect();
-            row.resize(8, 0);
-            kf.extend(row);
-        }
-        d.kind_fields = f.ints(&kf);
-        d.kind_nfields = f.ints(
-            &spec
-                .tokens
-                .kinds
-                .iter()
-                .map(|k| k.fields.len() as u32)
-                .collect::<Vec<_>>(),
-        );
-        d.kind_offset = f.ints(
-            &(0..spec.tokens.kinds.len())
-                .map(|k| spec.tokens.kind_offset(k) as u32)
-                .collect::<Vec<_>>(),
-        );
-        d.field_size = f.ints(&spec.tokens.fields.iter().map(|x| x.size as u32).collect::<Vec<_>>());
-        d.field_dim = f.ints(&spec.field_dims.iter().map(|dims| dims[0] as u32).collect::<Vec<_>>());
-        d.anchor_dim = f.ints(&spec.anchors.iter().map(|(dm, _)| *dm as u32).collect::<Vec<_>>());
-        d.anchor_value = f.floats(&spec.anchors.iter().map(|(_, v)| *v).collect::<Vec<_>>());
-        // The kernel's exact residual norm relies on the anchors being the first chip dims.
-        if spec.anchors.iter().enumerate().any(|(i, (dm, _))| *dm != i) {
-            bail!("the chip's anchors are not its first dimensions");
-        }
-        // Field values must sit in consecutive dims for the kernel's indexing.
-        for (field, dims) in spec.tokens.fields.iter().zip(&spec.field_dims) {
-            if dims.iter().enumerate().any(|(v, dm)| *dm != dims[0] + v) {
-                bail!("field {} is not laid out contiguously", field.name);
-            }
+        let mut d = token_tables(spec, &mut f)?;
+        (d.width, d.conv_dim, d.key_dim) = (width as u32, c.conv_dim() as u32, c.key_dim() as u32);
+        (d.dk, d.dv, d.hk, d.hv) = (dk as u32, dv as u32, hk as u32, hv as u32);
+        (d.layers, d.eps) = (layers.len() as u32, eps);
+        (d.scratch, d.act, d.delayed) = (tables.scratch as u32, tables.act as u32, tables.delayed as u32);
+        if let Some(n) = norm {
+            (d.norm_inv, d.anchor_ulp) = (n.inv, n.anchor_ulp);
         }
 
         let ctx = CudaContext::new(ordinal).with_context(|| format!("cannot open CUDA device {ordinal}"))?;
         let stream = ctx.default_stream();
-        let module = compile(&ctx, KERNEL, "the chip kernel")?;
-        let kernel = module.load_function("chip_passes")?;
-        if spec.tokens.kinds.len() > 32 || spec.tokens.fields.len() > 64 {
-            bail!("the GPU chip kernel handles up to 32 token kinds and 64 fields");
-        }
-        // hidden, normed, conv output, head outputs, scratch, activations, layer table.
-        let shared_floats = 2 * width + c.conv_dim() + hv * dv + scratch + act;
-        let shared_bytes = (shared_floats * 4 + offsets.len() * std::mem::size_of::<LayerOffsets>()) as u32;
-        kernel.set_attribute(
+        let defines = vec![format!("-DSCAN_PER_THREAD={}", width.div_ceil(THREADS as usize))];
+        let module = compile(&ctx, &kernel_source(kernel), "the chip kernel", &defines)?;
+        let function = module.load_function("chip_passes")?;
+        let shared_floats = match kernel {
+            // hidden, normed, conv output, head outputs, scratch, activations.
+            Kernel::Reference => 2 * width + c.conv_dim() + hv * dv + tables.scratch + tables.act,
+            // hidden, delayed channels' conv outputs, the two scratch buffers, the nonzero
+            // list (columns, values), the bitmap of dims that may be nonzero.
+            Kernel::Sparse => {
+                width + tables.delayed + tables.scratch + tables.act + 2 * sparse::NZ_CAP + width.div_ceil(32)
+            }
+        };
+        let shared_bytes = ((shared_floats + tables.words.len()) * 4) as u32;
+        function.set_attribute(
             CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
             shared_bytes as i32,
         )?;
-        let dims = stream.clone_htod(&[d])?;
-        let layers = stream.clone_htod(&offsets)?;
-        let i = stream.clone_htod(&f.i)?;
-        let w = stream.clone_htod(&f.w)?;
-        let ell_cols = stream.clone_htod(&f.c)?;
-        let ell_vals = stream.clone_htod(&f.v)?;
-        let s = stream.alloc_zeros::<f32>(f.state_len.max(1))?;
-        let ctl = stream.clone_htod(&[0u32, 0, 0])?;
-        let outputs = stream.alloc_zeros::<u32>(LOOKAHEAD.max(8192))?;
+        let entries = match entries {
+            EntriesHost::Ell(e) => Entries::Ell {
+                cols: stream.clone_htod(&e.cols)?,
+                vals: stream.clone_htod(&e.vals)?,
+            },
+            EntriesHost::Csc(e) => Entries::Csc(stream.clone_htod(&e.pairs)?),
+        };
         Ok(Self {
+            dims: stream.clone_htod(&[d])?,
+            layers: stream.clone_htod(&tables.words)?,
+            i: stream.clone_htod(&f.i)?,
+            w: stream.clone_htod(&f.w)?,
+            s: stream.alloc_zeros::<f32>(f.state_len.max(1))?,
+            ctl: stream.clone_htod(&[0u32; 4])?,
+            outputs: stream.alloc_zeros::<u32>(LOOKAHEAD.max(8192))?,
+            entries,
             stream,
-            kernel,
-            dims,
-            layers,
-            i,
-            ell_cols,
-            ell_vals,
-            w,
-            s,
-            ctl,
-            outputs,
+            function,
             shared_bytes,
             tokens: spec.tokens.clone(),
-            recurrent,
+            recurrent: tables.recurrent,
             dk,
             dv,
         })
@@ -448,13 +416,13 @@ impl GpuChip {
                 block_dim: (THREADS, 1, 1),
                 shared_mem_bytes: self.shared_bytes,
             };
-            let mut launch = self.stream.launch_builder(&self.kernel);
+            let mut launch = self.stream.launch_builder(&self.function);
+            launch.arg(&self.dims).arg(&self.layers).arg(&self.i);
+            match &self.entries {
+                Entries::Ell { cols, vals } => launch.arg(cols).arg(vals),
+                Entries::Csc(pairs) => launch.arg(pairs),
+            };
             launch
-                .arg(&self.dims)
-                .arg(&self.layers)
-                .arg(&self.i)
-                .arg(&self.ell_cols)
-                .arg(&self.ell_vals)
                 .arg(&self.w)
                 .arg(&mut self.s)
                 .arg(&input_dev)
@@ -466,6 +434,19 @@ impl GpuChip {
             // SAFETY: the arguments match the kernel's signature and the buffers' sizes.
             unsafe { launch.launch(cfg) }?;
             let ctl = self.stream.clone_dtoh(&self.ctl)?;
+            if ctl[3] == ERR_TOO_MANY_NONZEROS {
+                bail!(
+                    "more than {} residual dims were nonzero at once, more than the sparse kernel lists; \
+                     run it with --kernel reference",
+                    sparse::NZ_CAP
+                );
+            }
+            if ctl[3] == ERR_NORM_UNPINNED {
+                bail!(
+                    "the chip's residual norm left the value its anchors pin, which the sparse kernel relies on; \
+                     run it with --kernel reference"
+                );
+            }
             let done = ctl[0] as usize;
             let ids = self.stream.clone_dtoh(&self.outputs.slice(0..done))?;
             out.extend(ids);

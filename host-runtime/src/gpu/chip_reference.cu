@@ -9,37 +9,15 @@
 // words. Each row is summed by one thread in ascending column order, exactly as the CPU
 // sums it. Several projections that read the same input are one ELL whose rows write
 // into one scratch buffer, so a layer needs few block-wide barriers.
+//
+// Kept as the reference for the activation-sparse kernel (chip_sparse.cu): selectable
+// with `--kernel reference`.
 
-#define THREADS 1024
-#define WARPS (THREADS / 32)
-#define MAX_KINDS 32
-#define MAX_FIELDS 64
-#define MAX_DV 128
+#include "chip_common.cuh"
 
-// With -DPROFILE, thread 0 adds up the cycles of each phase (between block barriers)
-// and prints them per pass when the launch ends.
-#ifdef PROFILE
+// The phases of the -DPROFILE cycle counts (MARK in chip_common.cuh).
 #define PHASES 12
-#define MARK(i)                                                                                                        \
-    if (threadIdx.x == 0) {                                                                                            \
-        long long t_ = clock64();                                                                                      \
-        prof[i] += t_ - prof_last;                                                                                     \
-        prof_last = t_;                                                                                                \
-    }
-#else
-#define MARK(i)
-#endif
 
-struct Dims {
-    unsigned width, conv_dim, key_dim, dk, dv, hk, hv, layers;
-    float eps;
-    unsigned kinds, fields, anchors;
-    unsigned kind_dim, kind_fields, kind_nfields, kind_offset; // I offsets (kind_fields: 8 per kind)
-    unsigned field_size, field_dim;                            // I offsets
-    unsigned anchor_dim, anchor_value;                         // I and W offsets
-    unsigned chip_base;                                        // residual index of chip dim 0
-    unsigned scratch, act;                                     // floats of the two scratch buffers
-};
 
 // One sliced-ELL matrix: rows in slices of 32; slice s's entries at C/V[base[s] + k*32 + lane].
 struct Ell {
@@ -58,20 +36,6 @@ struct Layer {
     Ell down;         // down_proj over compact neurons, added into hidden
     unsigned rec;
 };
-
-__device__ __forceinline__ float silu_f(float x) {
-    if (x >= 17.0f) return x;
-    if (x <= -89.0f) return x / __int_as_float(0x7f800000);
-    return x / (1.0f + expf(-x));
-}
-
-__device__ __forceinline__ float sigmoid_f(float x) {
-    if (x >= 17.0f) return 1.0f;
-    if (x <= -89.0f) return 0.0f;
-    return 1.0f / (1.0f + expf(-x));
-}
-
-__device__ __forceinline__ float softplus_f(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
 // out[row_out[r]] = (add ? out[..] : 0) + sum over row r of V * x[C], ascending column
 // order. Entries are loaded UNROLL at a time so each warp keeps several loads in flight.
@@ -106,16 +70,6 @@ __device__ __forceinline__ void ell(const Ell &m, const unsigned *__restrict__ I
             else out[target] = acc;
         }
     }
-}
-
-__device__ float warp_sum(float v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);
-    return v;
-}
-
-__device__ float warp_max(float v) {
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffff, v, o));
-    return v;
 }
 
 // The sum of squares of the residual exactly as the CPU computes it (a left-to-right f32
@@ -214,23 +168,12 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
     __shared__ unsigned token_sh, kind_sh;
     __shared__ unsigned knz_rows[WARPS][128];
     __shared__ float knz_vals[WARPS][128];
-    __shared__ unsigned kind_dim[MAX_KINDS], kind_nf[MAX_KINDS], kind_off[MAX_KINDS], kind_fields[MAX_KINDS * 8];
-    __shared__ unsigned field_size[MAX_FIELDS], field_dim[MAX_FIELDS], field_best[MAX_FIELDS];
-    __shared__ float field_score[MAX_FIELDS];
+    __shared__ Tokens tk;
 
     // Tables and zeroed buffers (entries never written stay zero for the whole launch).
     for (unsigned i = threadIdx.x; i < d.layers * (unsigned)(sizeof(Layer) / 4); i += THREADS)
         ((unsigned *)layers)[i] = ((const unsigned *)layers_g)[i];
-    for (unsigned i = threadIdx.x; i < d.kinds; i += THREADS) {
-        kind_dim[i] = I[d.kind_dim + i];
-        kind_nf[i] = I[d.kind_nfields + i];
-        kind_off[i] = I[d.kind_offset + i];
-    }
-    for (unsigned i = threadIdx.x; i < d.kinds * 8; i += THREADS) kind_fields[i] = I[d.kind_fields + i];
-    for (unsigned i = threadIdx.x; i < d.fields; i += THREADS) {
-        field_size[i] = I[d.field_size + i];
-        field_dim[i] = I[d.field_dim + i];
-    }
+    load_tokens(tk, d, I);
     for (unsigned i = threadIdx.x; i < d.conv_dim + d.hv * d.dv + d.scratch + d.act; i += THREADS) y[i] = 0.0f;
     __syncthreads();
 
@@ -249,13 +192,13 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
             hidden[d.chip_base + I[d.anchor_dim + a]] = W[d.anchor_value + a];
         if (threadIdx.x == 0) {
             unsigned k = 0;
-            while (k + 1 < d.kinds && kind_off[k + 1] <= token) k++;
-            unsigned idx = token - kind_off[k];
-            hidden[d.chip_base + kind_dim[k]] = 1.0f;
-            for (int f = (int)kind_nf[k] - 1; f >= 0; f--) {
-                unsigned fid = kind_fields[k * 8 + f];
-                unsigned size = field_size[fid];
-                hidden[d.chip_base + field_dim[fid] + idx % size] = 1.0f;
+            while (k + 1 < d.kinds && tk.kind_off[k + 1] <= token) k++;
+            unsigned idx = token - tk.kind_off[k];
+            hidden[d.chip_base + tk.kind_dim[k]] = 1.0f;
+            for (int f = (int)tk.kind_nf[k] - 1; f >= 0; f--) {
+                unsigned fid = tk.kind_fields[k * 8 + f];
+                unsigned size = tk.field_size[fid];
+                hidden[d.chip_base + tk.field_dim[fid] + idx % size] = 1.0f;
                 idx /= size;
             }
         }
@@ -383,48 +326,24 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
 
         // Choose the next token: each field's best value (first maximum), one warp per
         // field; then per kind its score plus its fields' best scores, in field order.
-        {
-            unsigned w = threadIdx.x / 32, lane = threadIdx.x % 32;
-            for (unsigned f = w; f < d.fields; f += WARPS) {
-                const float *h = hidden + d.chip_base + field_dim[f];
-                float bs = -__int_as_float(0x7f800000);
-                unsigned bv = 0xffffffffu;
-                for (unsigned v = lane; v < field_size[f]; v += 32)
-                    if (bv == 0xffffffffu || h[v] > bs) {
-                        bs = h[v];
-                        bv = v;
-                    }
-                for (int o = 16; o > 0; o >>= 1) {
-                    float os = __shfl_xor_sync(0xffffffff, bs, o);
-                    unsigned ov = __shfl_xor_sync(0xffffffff, bv, o);
-                    if (ov != 0xffffffffu && (bv == 0xffffffffu || os > bs || (os == bs && ov < bv))) {
-                        bs = os;
-                        bv = ov;
-                    }
-                }
-                if (lane == 0) {
-                    field_score[f] = bs;
-                    field_best[f] = bv;
-                }
-            }
-        }
+        best_field_values(hidden, d, tk);
         __syncthreads();
         if (threadIdx.x == 0) {
             float best = -__int_as_float(0x7f800000);
             unsigned best_token = 0, best_kind = 0;
             bool have = false;
             for (unsigned k = 0; k < d.kinds; k++) {
-                float score = hidden[d.chip_base + kind_dim[k]];
+                float score = hidden[d.chip_base + tk.kind_dim[k]];
                 unsigned idx = 0;
-                for (unsigned f = 0; f < kind_nf[k]; f++) {
-                    unsigned fid = kind_fields[k * 8 + f];
-                    score += field_score[fid];
-                    idx = idx * field_size[fid] + field_best[fid];
+                for (unsigned f = 0; f < tk.kind_nf[k]; f++) {
+                    unsigned fid = tk.kind_fields[k * 8 + f];
+                    score += tk.field_score[fid];
+                    idx = idx * tk.field_size[fid] + tk.field_best[fid];
                 }
                 if (!have || score > best) {
                     have = true;
                     best = score;
-                    best_token = kind_off[k] + idx;
+                    best_token = tk.kind_off[k] + idx;
                     best_kind = k;
                 }
             }

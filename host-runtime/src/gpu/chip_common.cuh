@@ -1,0 +1,114 @@
+// inband: what the chip kernels share: the launch shape, the dimensions and token tables
+// the host fills in (mirrored by `Dims` in gpu/mod.rs), and the activation functions
+// written exactly as the CPU path computes them (no fused multiply-adds, no flushing).
+
+#define THREADS 1024
+#define WARPS (THREADS / 32)
+#define MAX_KINDS 32
+#define MAX_FIELDS 64
+#define MAX_DV 128
+
+// With -DPROFILE, thread 0 adds up the cycles of each phase (MARK(i) ends phase i; the
+// kernel defines PHASES and the counters prof[PHASES], prof_last) and prints them per pass.
+#ifdef PROFILE
+#define MARK(i)                                                                                                        \
+    if (threadIdx.x == 0) {                                                                                            \
+        long long t_ = clock64();                                                                                      \
+        prof[i] += t_ - prof_last;                                                                                     \
+        prof_last = t_;                                                                                                \
+    }
+#else
+#define MARK(i)
+#endif
+
+struct Dims {
+    unsigned width, conv_dim, key_dim, dk, dv, hk, hv, layers;
+    float eps;
+    unsigned kinds, fields, anchors;
+    unsigned kind_dim, kind_fields, kind_nfields, kind_offset; // I offsets (kind_fields: 8 per kind)
+    unsigned field_size, field_dim;                            // I offsets
+    unsigned anchor_dim, anchor_value;                         // I and W offsets
+    unsigned chip_base;                                        // residual index of chip dim 0
+    unsigned scratch, act;                                     // floats of the two scratch buffers
+    // The activation-sparse kernel only: the input RMSNorm's factor while the residual's
+    // mean square is pinned by the anchors (computed on the host as the CPU computes it),
+    // and the unit in the last place of the anchors' sum of squares: any other square of
+    // half that or more would move the norm, which the kernel reports instead.
+    float norm_inv, anchor_ulp;
+    unsigned delayed; // the most conv channels with delayed taps in a layer
+};
+
+__device__ __forceinline__ float silu_f(float x) {
+    if (x >= 17.0f) return x;
+    if (x <= -89.0f) return x / __int_as_float(0x7f800000);
+    return x / (1.0f + expf(-x));
+}
+
+__device__ __forceinline__ float sigmoid_f(float x) {
+    if (x >= 17.0f) return 1.0f;
+    if (x <= -89.0f) return 0.0f;
+    return 1.0f / (1.0f + expf(-x));
+}
+
+__device__ __forceinline__ float softplus_f(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+__device__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);
+    return v;
+}
+
+__device__ float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffff, v, o));
+    return v;
+}
+
+
+// The token tables (embedding and token choice) in shared memory.
+struct Tokens {
+    unsigned kind_dim[MAX_KINDS], kind_nf[MAX_KINDS], kind_off[MAX_KINDS], kind_fields[MAX_KINDS * 8];
+    unsigned field_size[MAX_FIELDS], field_dim[MAX_FIELDS], field_best[MAX_FIELDS];
+    float field_score[MAX_FIELDS];
+};
+
+// Copies the token tables from I (all threads; the caller synchronises).
+__device__ void load_tokens(Tokens &tk, const Dims &d, const unsigned *I) {
+    for (unsigned i = threadIdx.x; i < d.kinds; i += THREADS) {
+        tk.kind_dim[i] = I[d.kind_dim + i];
+        tk.kind_nf[i] = I[d.kind_nfields + i];
+        tk.kind_off[i] = I[d.kind_offset + i];
+    }
+    for (unsigned i = threadIdx.x; i < d.kinds * 8; i += THREADS) tk.kind_fields[i] = I[d.kind_fields + i];
+    for (unsigned i = threadIdx.x; i < d.fields; i += THREADS) {
+        tk.field_size[i] = I[d.field_size + i];
+        tk.field_dim[i] = I[d.field_dim + i];
+    }
+}
+
+// Each field's best value (the first maximum) and its score, one warp per field, into
+// tk.field_best and tk.field_score (the caller synchronises).
+__device__ void best_field_values(const float *hidden, const Dims &d, Tokens &tk) {
+    unsigned w = threadIdx.x / 32, lane = threadIdx.x % 32;
+#pragma unroll 1
+    for (unsigned f = w; f < d.fields; f += WARPS) {
+        const float *h = hidden + d.chip_base + tk.field_dim[f];
+        float bs = -__int_as_float(0x7f800000);
+        unsigned bv = 0xffffffffu;
+        for (unsigned v = lane; v < tk.field_size[f]; v += 32)
+            if (bv == 0xffffffffu || h[v] > bs) {
+                bs = h[v];
+                bv = v;
+            }
+        for (int o = 16; o > 0; o >>= 1) {
+            float os = __shfl_xor_sync(0xffffffff, bs, o);
+            unsigned ov = __shfl_xor_sync(0xffffffff, bv, o);
+            if (ov != 0xffffffffu && (bv == 0xffffffffu || os > bs || (os == bs && ov < bv))) {
+                bs = os;
+                bv = ov;
+            }
+        }
+        if (lane == 0) {
+            tk.field_score[f] = bs;
+            tk.field_best[f] = bv;
+        }
+    }
+}

@@ -1,0 +1,360 @@
+//! The activation-sparse kernel's tables (`chip_sparse.cu`): each projection in
+//! compressed sparse columns without the anchors' columns, and the anchors' share of every
+//! row (its bias) computed here, once, exactly as the CPU path's ascending-column sum
+//! computes its first terms.
+//!
+//! The bias is right only while the input RMSNorm's factor is the one the anchors pin;
+//! the kernel checks that on every norm. It also relies on facts of the chip checked
+//! here: the norms' gains are exactly 1 on the chip's signal dims (the kernel does not
+//! multiply by them), and no layer writes an anchor dim (the anchors stay what the
+//! embedding put there).
+
+use anyhow::{bail, Context};
+use inband_chip::ChipSpec;
+use inband_qwen35::scalar::{gdn_decay, silu};
+use inband_qwen35::sparse::{SparseLayer, SparseMatrix};
+
+use super::{Flat, LayerTables};
+
+/// Mirrors the kernel's `Csc`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+struct Csc {
+    start: u32,
+}
+
+/// Mirrors the kernel's `Layer`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+struct LayerOffsets {
+    xin: Csc,
+    channel: u32,
+    n_delayed: u32,
+    delayed: u32,
+    taps: u32,
+    conv_state: u32,
+    z_at: u32,
+    b_at: u32,
+    a_at: u32,
+    z_bias: u32,
+    head: u32,
+    n_heads: u32,
+    heads: u32,
+    norm: u32,
+    out: Csc,
+    gate_up: Csc,
+    gu_bias: u32,
+    n_neur: u32,
+    n_signal: u32,
+    signal: u32,
+    n_fixed: u32,
+    fixed_rows: u32,
+    fixed_vals: u32,
+    down: Csc,
+    rec: u32,
+}
+
+/// In a head's table entry: its q and k are zero unless a signal reaches them.
+const QUIET_UNLESS_REACHED: u32 = 1 << 16;
+/// In a head's table entry: no signal reaches its `a` row and its decay is exactly 1.
+const NO_DECAY: u32 = 1 << 17;
+/// Nonzero residual dims the kernel's list holds (its `NZ_CAP`).
+pub const NZ_CAP: usize = 2048;
+
+/// The pinned input RMSNorm: its factor, and the ulp of the anchors' sum of squares.
+#[derive(Debug, Clone, Copy)]
+pub struct PinnedNorm {
+    pub inv: f32,
+    pub anchor_ulp: f32,
+}
+
+impl PinnedNorm {
+    /// The factor the CPU's RMSNorm computes when the anchors dominate the mean square:
+    /// the base dims are zero and come first, the anchors are the first chip dims, and
+    /// every later square is below half an ulp of their sum.
+    pub fn of(spec: &ChipSpec, width: usize, eps: f32) -> anyhow::Result<Self> {
+        let sum = spec.anchors.iter().fold(0.0f32, |acc, (_, v)| acc + v * v);
+        if sum <= 0.0 || !sum.is_finite() {
+            bail!("the chip has no anchors to pin its residual norm; use --kernel reference");
+        }
+        Ok(Self {
+            inv: 1.0 / (sum / width as f32 + eps).sqrt(),
+            anchor_ulp: sum.next_up() - sum,
+        })
+    }
+}
+
+/// Compressed sparse columns: entries as (row, weight bits) pairs.
+#[derive(Default)]
+pub struct CscEntries {
+    pub pairs: Vec<u32>,
+}
+
+impl CscEntries {
+    /// `entries` (column, row, weight) as CSC over `cols` columns; column starts go into I.
+    fn csc(&mut self, f: &mut Flat, cols: usize, mut entries: Vec<(usize, u32, f32)>) -> anyhow::Result<Csc> {
+        entries.sort_by_key(|(c, r, _)| (*c, *r));
+        let mut start = Vec::with_capacity(cols + 1);
+        let mut at = 0;
+        for c in 0..=cols {
+            while at < entries.len() && entries[at].0 < c {
+                at += 1;
+            }
+            let pair = self.pairs.len() / 2 + at;
+            start.push(u32::try_from(pair).context("chip projections too large for the GPU kernel")?);
+        }
+        for (_, row, w) in &entries {
+            self.pairs.extend([*row, w.to_bits()]);
+        }
+        Ok(Csc { start: f.ints(&start) })
+    }
+}
+
+/// Splits the rows of a projection: each row's anchors' share (folded in ascending column
+/// order, as the CPU does) into `bias[target]`, its signal entries into `entries`.
+struct Split<'a> {
+    anchors: std::ops::Range<usize>,
+    chip_base: usize,
+    /// The normed input at each anchor column (anchor value × factor × gain).
+    anchor_input: &'a [f32],
+    bias: Vec<f32>,
+    entries: Vec<(usize, u32, f32)>,
+}
+
+impl<'a> Split<'a> {
+    fn new(spec: &ChipSpec, anchor_input: &'a [f32]) -> Self {
+        Self {
+            anchors: spec.hidden..spec.hidden + spec.anchors.len(),
+            chip_base: spec.hidden,
+            anchor_input,
+            bias: Vec::new(),
+            entries: Vec::new(),
+        }
+    }
+
+    fn row(&mut self, m: &SparseMatrix, r: usize, target: usize) {
+        let (cols, vals) = m.row(r);
+        let mut bias = 0.0f32;
+        for (&c, &w) in cols.iter().zip(vals) {
+            let c = c as usize;
+            if self.anchors.contains(&c) {
+                bias += w * self.anchor_input[c - self.anchors.start];
+            } else if c >= self.chip_base {
+                // Base columns read base dims, which are zero in VM mode.
+                self.entries.push((c, target as u32, w));
+            }
+        }
+        self.bias[target] = bias;
+    }
+}
+
+/// Residual dims that a layer's out_proj or down writes.
+fn written_rows(m: &SparseMatrix) -> impl Iterator<Item = usize> + '_ {
+    (0..m.rows).filter(|&r| !m.row_is_empty(r))
+}
+
+/// The sparse kernel's per-layer tables and CSC entries.
+pub fn tables(
+    layers: &[SparseLayer],
+    spec: &ChipSpec,
+    norm: PinnedNorm,
+    f: &mut Flat,
+) -> anyhow::Result<(LayerTables, CscEntries)> {
+    let chip_base = spec.hidden;
+    let anchors = chip_base..chip_base + spec.anchors.len();
+    let mut e = CscEntries::default();
+    let mut offsets = Vec::new();
+    let (mut scratch, mut act) = (0usize, 0usize);
+    let mut recurrent = Vec::new();
+    for (l, layer) in layers.iter().enumerate() {
+        let c = &layer.config;
+        for (name, gain) in [("input", &layer.input_gain), ("post-attention", &layer.post_gain)] {
+            if gain[anchors.end..].iter().any(|g| *g != 1.0) {
+                bail!("layer {l}'s {name} norm gain is not 1 on the chip's dims; use --kernel reference");
+            }
+        }
+        for m in [&layer.out_proj, &layer.down] {
+            if written_rows(m).any(|r| anchors.contains(&r)) {
+                bail!("layer {l} writes an anchor dim of the residual; use --kernel reference");
+            }
+        }
+        let anchor_inputs = |gain: &[f32]| -> Vec<f32> {
+            spec.anchors
+                .iter()
+                .zip(&gain[anchors.clone()])
+                .map(|((_, v), g)| (v * norm.inv) * g)
+                .collect()
+        };
+        let mut o = LayerOffsets::default();
+        let input_anchors = anchor_inputs(&layer.input_gain);
+        let mut xin = Split::new(spec, &input_anchors);
+        scratch = scratch.max(mixer_tables(layer, &mut xin, &mut o, f)?);
+        o.xin = e.csc(f, c.hidden_size, std::mem::take(&mut xin.entries))?;
+        let mut out = Vec::new();
+        for r in written_rows(&layer.out_proj) {
+            let (cols, vals) = layer.out_proj.row(r);
+            out.extend(cols.iter().zip(vals).map(|(c, w)| (*c as usize, r as u32, *w)));
+        }
+        o.out = e.csc(f, c.value_dim(), out)?;
+
+        let post_anchors = anchor_inputs(&layer.post_gain);
+        let mut gate_up = Split::new(spec, &post_anchors);
+        act = act.max(mlp_tables(layer, &mut gate_up, &mut o, &mut e, f)?);
+        o.rec = f.state(c.linear_num_value_heads * c.linear_key_head_dim * c.linear_value_head_dim);
+        recurrent.push(o.rec);
+        offsets.push(o);
+    }
+    let mut tables = LayerTables::of(&offsets, recurrent, scratch, act);
+    tables.delayed = offsets.iter().map(|o| o.n_delayed as usize).max().unwrap_or(0);
+    Ok((tables, e))
+}
+
+/// The mixer's tables: the input projections' rows (conv channel c at scratch row c, then
+/// z, b, a) split into anchors' share and signal entries; per channel its constant output
+/// and conv; the heads that can read or write. Returns the scratch rows used.
+fn mixer_tables(layer: &SparseLayer, xin: &mut Split, o: &mut LayerOffsets, f: &mut Flat) -> anyhow::Result<usize> {
+    let c = &layer.config;
+    let (hk, hv, dk, k) = (
+        c.linear_num_key_heads,
+        c.linear_num_value_heads,
+        c.linear_key_head_dim,
+        c.linear_conv_kernel_dim,
+    );
+    let (conv_dim, key_dim, value_dim) = (c.conv_dim(), c.key_dim(), c.value_dim());
+    (o.z_at, o.b_at, o.a_at) = (
+        conv_dim as u32,
+        (conv_dim + value_dim) as u32,
+        (conv_dim + value_dim + hv) as u32,
+    );
+    let rows = conv_dim + value_dim + 2 * hv;
+    xin.bias = vec![0.0; rows];
+    for &ch in &layer.live_channels {
+        xin.row(&layer.qkv, ch, ch);
+    }
+    for r in 0..value_dim {
+        xin.row(&layer.z, r, o.z_at as usize + r);
+    }
+    for r in 0..hv {
+        xin.row(&layer.b, r, o.b_at as usize + r);
+        xin.row(&layer.a, r, o.a_at as usize + r);
+    }
+    // Per channel: silu(0 + w3 * bias) (the output when no signal reaches it, as the CPU's
+    // conv fold computes it with zero delayed taps), w3, bias, whether it has delayed taps.
+    let mut channel = vec![0.0f32; 4 * conv_dim];
+    let (mut delayed, mut taps) = (Vec::new(), Vec::new());
+    for &ch in &layer.live_channels {
+        let w = &layer.conv[ch * k..(ch + 1) * k];
+        let bias = xin.bias[ch];
+        let has_delayed = w[..k - 1].iter().any(|t| *t != 0.0);
+        channel[4 * ch..4 * ch + 4].copy_from_slice(&[
+            silu(0.0 + w[k - 1] * bias),
+            w[k - 1],
+            bias,
+            if has_delayed { (delayed.len() + 1) as f32 } else { 0.0 },
+        ]);
+        if has_delayed {
+            delayed.push(ch as u32);
+            taps.extend_from_slice(w);
+        }
+    }
+    o.channel = f.floats_aligned(&channel, 4);
+    o.n_delayed = delayed.len() as u32;
+    o.delayed = f.ints(&delayed);
+    o.taps = f.floats(&taps);
+    o.conv_state = f.state(3 * delayed.len());
+    o.z_bias = f.floats(&xin.bias[o.z_at as usize..o.b_at as usize]);
+    let head: Vec<f32> = (0..hv)
+        .flat_map(|h| {
+            [
+                layer.a_log[h],
+                layer.dt_bias[h],
+                xin.bias[o.b_at as usize + h],
+                xin.bias[o.a_at as usize + h],
+            ]
+        })
+        .collect();
+    o.head = f.floats_aligned(&head, 4);
+    // A head whose key head's q and k channels are all dead never writes or reads: its
+    // state stays zero. The others, flagged when q and k are zero unless reached.
+    let live: std::collections::HashSet<usize> = layer.live_channels.iter().copied().collect();
+    let mut heads = Vec::new();
+    for h in 0..hv {
+        let kh = h / (hv / hk);
+        let qk: Vec<usize> = (0..dk).flat_map(|e| [kh * dk + e, key_dim + kh * dk + e]).collect();
+        if !qk.iter().any(|ch| live.contains(ch)) {
+            continue;
+        }
+        let quiet = qk
+            .iter()
+            .all(|&ch| channel[4 * ch] == 0.0 && channel[4 * ch + 3] == 0.0);
+        let a_row = o.a_at + h as u32;
+        let no_decay = !xin.entries.iter().any(|(_, target, _)| *target == a_row)
+            && gdn_decay(layer.a_log[h], xin.bias[a_row as usize], layer.dt_bias[h]) == 1.0;
+        heads.push(h as u32 | if quiet { QUIET_UNLESS_REACHED } else { 0 } | if no_decay { NO_DECAY } else { 0 });
+    }
+    o.n_heads = heads.len() as u32;
+    o.heads = f.ints(&heads);
+    o.norm = f.floats(&layer.norm);
+    Ok(rows)
+}
+
+/// The MLP's tables: gate and up rows split into anchors' share and signal entries; the
+/// neurons no signal reaches are constant, their share of down folded per residual row;
+/// down in CSC over the compact neurons. Returns the gate/up scratch rows used.
+fn mlp_tables(
+    layer: &SparseLayer,
+    gate_up: &mut Split,
+    o: &mut LayerOffsets,
+    e: &mut CscEntries,
+    f: &mut Flat,
+) -> anyhow::Result<usize> {
+    let neurons = &layer.live_neurons;
+    let n = neurons.len();
+    o.n_neur = n as u32;
+    gate_up.bias = vec![0.0; 2 * n];
+    for (i, &r) in neurons.iter().enumerate() {
+        gate_up.row(&layer.gate, r, i);
+        gate_up.row(&layer.up, r, n + i);
+    }
+    let mut reached = vec![false; n];
+    for (_, target, _) in &gate_up.entries {
+        reached[*target as usize % n] = true;
+    }
+    let bias: Vec<f32> = (0..n).flat_map(|i| [gate_up.bias[i], gate_up.bias[n + i]]).collect();
+    o.gu_bias = f.floats_aligned(&bias, 2);
+    let signal: Vec<u32> = (0..n as u32).filter(|&i| reached[i as usize]).collect();
+    o.n_signal = signal.len() as u32;
+    o.signal = f.ints(&signal);
+    o.gate_up = e.csc(f, layer.config.hidden_size, std::mem::take(&mut gate_up.entries))?;
+    // The constant neurons' activations, exactly as the CPU computes them, and their share
+    // of each down row folded in ascending column order.
+    let compact = super::compact_neurons(layer);
+    let fixed_act = |col: usize| -> Option<f32> {
+        let i = *compact.get(&col)?;
+        (!reached[i]).then(|| silu(gate_up.bias[i]) * gate_up.bias[n + i])
+    };
+    let (mut fixed_rows, mut fixed_vals, mut down) = (Vec::new(), Vec::new(), Vec::new());
+    for r in written_rows(&layer.down) {
+        let (cols, vals) = layer.down.row(r);
+        let mut share = 0.0f32;
+        for (&col, &w) in cols.iter().zip(vals) {
+            match fixed_act(col as usize) {
+                Some(a) => share += w * a,
+                None => {
+                    if let Some(&i) = compact.get(&(col as usize)) {
+                        down.push((i, r as u32, w));
+                    }
+                }
+            }
+        }
+        if share != 0.0 {
+            fixed_rows.push(r as u32);
+            fixed_vals.push(share);
+        }
+    }
+    o.n_fixed = fixed_rows.len() as u32;
+    o.fixed_rows = f.ints(&fixed_rows);
+    o.fixed_vals = f.floats(&fixed_vals);
+    o.down = e.csc(f, n, down)?;
+    Ok(2 * n)
+}
