@@ -2,8 +2,10 @@
 //! compiled chip, named, layer by layer. The main debugging tool.
 
 use std::fmt::Write as _;
+use std::ops::Range;
 
 use inband_circuits::{Address, Circuit, Expr};
+use inband_qwen35::weights::{Array, DecoderLayer, Mixer};
 
 use crate::emit::Chip;
 
@@ -57,6 +59,63 @@ fn describe_address(c: &Circuit, a: &Address) -> String {
         String::new()
     };
     format!("{kind} from {}{more}{when}", shown.join(", "))
+}
+
+/// Nonzero weights of `a` in the anchors' columns and in the other columns.
+fn split_by_anchors(a: &Array, anchors: &Range<usize>) -> (usize, usize) {
+    let (rows, _) = a.dims2();
+    let (mut on_anchors, mut on_signals) = (0, 0);
+    for r in 0..rows {
+        for (c, w) in a.row(r).iter().enumerate() {
+            if *w != 0.0 {
+                if anchors.contains(&c) {
+                    on_anchors += 1;
+                } else {
+                    on_signals += 1;
+                }
+            }
+        }
+    }
+    (on_anchors, on_signals)
+}
+
+/// What a pass of the layer must touch when driven by its input's nonzeros (the GPU's
+/// sparse kernel): the anchors never change, so their columns' share of every row is
+/// computed once; only the signal columns' weights are read on a pass, and only those of
+/// signals that are nonzero. Also the conv channels that read earlier passes and the
+/// neurons no signal reaches (constants).
+fn sparsity(layer: &DecoderLayer, anchors: &Range<usize>) -> Option<String> {
+    let Mixer::Linear(m) = &layer.mixer else { return None };
+    let (mut xin_anchors, mut xin_signals) = (0, 0);
+    for a in [&m.in_proj_qkv, &m.in_proj_z, &m.in_proj_b, &m.in_proj_a] {
+        let (on_anchors, on_signals) = split_by_anchors(a, anchors);
+        xin_anchors += on_anchors;
+        xin_signals += on_signals;
+    }
+    let (gate_anchors, gate_signals) = split_by_anchors(&layer.mlp.gate_proj, anchors);
+    let (up_anchors, up_signals) = split_by_anchors(&layer.mlp.up_proj, anchors);
+    let (channels, taps) = m.conv1d.dims2();
+    let delayed = (0..channels)
+        .filter(|&c| m.conv1d.row(c)[..taps - 1].iter().any(|w| *w != 0.0))
+        .count();
+    let reached = |a: &Array, n: usize| {
+        a.row(n)
+            .iter()
+            .enumerate()
+            .any(|(c, w)| *w != 0.0 && !anchors.contains(&c))
+    };
+    let (gate, up) = (&layer.mlp.gate_proj, &layer.mlp.up_proj);
+    let constant = (0..gate.dims2().0)
+        .filter(|&n| gate.row(n).iter().any(|w| *w != 0.0) && up.row(n).iter().any(|w| *w != 0.0))
+        .filter(|&n| !reached(gate, n) && !reached(up, n))
+        .count();
+    Some(format!(
+        "sparsity: weights on signal columns (read on a pass only where the signal is nonzero) / on the \
+         anchors' columns (computed once): input projections {xin_signals} / {xin_anchors}, gate/up {} / {}; \
+         conv channels with delayed taps: {delayed}; live neurons no signal reaches: {constant}",
+        gate_signals + up_signals,
+        gate_anchors + up_anchors
+    ))
 }
 
 /// The report text.
@@ -124,8 +183,12 @@ pub fn report(chip: &Chip) -> String {
         crate::layout::NORM_EXPONENT
     );
 
+    let anchors = layout.hidden..layout.hidden + layout.anchors.len();
     for l in 0..chip.layers.len() {
         let _ = writeln!(out, "\n== layer {l}");
+        if let Some(line) = sparsity(&chip.layers[l], &anchors) {
+            let _ = writeln!(out, "{line}");
+        }
         let _ = writeln!(out, "mixer (Gated DeltaNet):");
         let mut used = 0;
         let mut memories: Vec<usize> = (0..c.memories.len())

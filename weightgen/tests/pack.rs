@@ -103,7 +103,9 @@ fn cli_writes_a_pack_with_a_report() {
     assert!(text.contains("chip layers"), "{text}");
     let report = std::fs::read_to_string(dir.join(pack::REPORT_FILE)).unwrap();
     assert!(
-        report.contains("nonzero weights:") && report.contains("== layer 0"),
+        report.contains("nonzero weights:")
+            && report.contains("== layer 0")
+            && report.contains("sparsity: weights on signal columns"),
         "{report}"
     );
     let bad = std::process::Command::new(env!("CARGO_BIN_EXE_weightgen"))

@@ -113,23 +113,6 @@ impl Flat {
         self.state_len += n;
         at
     }
-
-    /// A layer's causal conv over its live channels: (count, channel list, their taps, their
-    /// ring of three cached raw inputs in S).
-    fn conv(&mut self, layer: &SparseLayer) -> (u32, u32, u32, u32) {
-        let k = layer.config.linear_conv_kernel_dim;
-        let live = &layer.live_channels;
-        let taps: Vec<f32> = live
-            .iter()
-            .flat_map(|&ch| layer.conv[ch * k..(ch + 1) * k].to_vec())
-            .collect();
-        (
-            live.len() as u32,
-            self.ints(&live.iter().map(|x| *x as u32).collect::<Vec<_>>()),
-            self.floats(&taps),
-            self.state(3 * live.len()),
-        )
-    }
 }
 
 /// A kernel's per-layer offset tables as words, and the sizes its shared memory needs.

@@ -99,6 +99,23 @@ fn nonempty_rows(m: &SparseMatrix) -> Vec<usize> {
     (0..m.rows).filter(|&r| !m.row_is_empty(r)).collect()
 }
 
+/// A layer's causal conv over its live channels: (count, channel list, their taps, their
+/// ring of three cached raw inputs in S).
+fn conv_tables(f: &mut Flat, layer: &SparseLayer) -> (u32, u32, u32, u32) {
+    let k = layer.config.linear_conv_kernel_dim;
+    let live = &layer.live_channels;
+    let taps: Vec<f32> = live
+        .iter()
+        .flat_map(|&ch| layer.conv[ch * k..(ch + 1) * k].to_vec())
+        .collect();
+    (
+        live.len() as u32,
+        f.ints(&live.iter().map(|x| *x as u32).collect::<Vec<_>>()),
+        f.floats(&taps),
+        f.state(3 * live.len()),
+    )
+}
+
 /// The reference kernel's per-layer tables and ELL entries.
 pub fn tables(layers: &[SparseLayer], f: &mut Flat) -> anyhow::Result<(LayerTables, EllEntries)> {
     let mut e = EllEntries::default();
@@ -114,7 +131,7 @@ pub fn tables(layers: &[SparseLayer], f: &mut Flat) -> anyhow::Result<(LayerTabl
             ..Default::default()
         };
         let live = &layer.live_channels;
-        (o.n_live, o.live, o.taps, o.conv_state) = f.conv(layer);
+        (o.n_live, o.live, o.taps, o.conv_state) = conv_tables(f, layer);
         // Scratch for the input projections: live qkv channels | z | b | a; every row
         // is listed (empty ones write 0) because the MLP reuses the scratch.
         (o.z_at, o.b_at, o.a_at) = (
