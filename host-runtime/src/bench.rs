@@ -1,8 +1,10 @@
 //! `inband bench`: each program run in the chip and on the golden engine (whose output it
-//! must match), one table row of speed figures per program.
+//! must match), one table row of speed figures per program, then where each program's
+//! passes went (by cause, read from its token stream).
 
 use std::path::{Path, PathBuf};
 
+use inband_chip::rv32im::machine::{PassCause, RunCounts};
 use inband_chip::ChipModel;
 use inband_firmware::ProgramImage;
 use inband_golden::{Environment, Machine, RunEnd};
@@ -31,7 +33,7 @@ pub fn bench(
     let chip = source.open()?;
     println!("| program | device | instructions | forward passes | passes/instruction | steps/s | instructions/s |");
     println!("|---|---|---|---|---|---|---|");
-    let mut ratios = Vec::new();
+    let (mut ratios, mut causes) = (Vec::new(), Vec::new());
     for path in programs {
         let name = path
             .file_stem()
@@ -39,21 +41,41 @@ pub fn bench(
             .unwrap_or_default()
             .to_string();
         let image = program::load_program(path, toolchain)?;
-        let speed = bench_one(&chip, device, &image, &name)?;
+        let (speed, counts) = bench_one(&chip, device, &image, &name)?;
         if against_reference {
-            let reference = bench_one(&chip, device.with_kernel(vm::CudaKernel::Reference), &image, &name)?;
-            ratios.push((name, speed / reference));
+            let (reference, _) = bench_one(&chip, device.with_kernel(vm::CudaKernel::Reference), &image, &name)?;
+            ratios.push((name.clone(), speed / reference));
         }
+        causes.push((name, counts));
     }
     for (name, ratio) in ratios {
         println!("{name}: the sparse kernel runs {ratio:.2}× the reference kernel's passes/s");
     }
+    print_causes(&causes);
     Ok(())
 }
 
+/// The passes of each program by cause, as a table of passes per retired instruction.
+fn print_causes(causes: &[(String, RunCounts)]) {
+    let names: Vec<&str> = PassCause::ALL.iter().map(|c| c.name()).collect();
+    println!("\npasses per instruction by cause:\n");
+    println!("| program | {} | all |", names.join(" | "));
+    println!("|---|{}---|", "---|".repeat(names.len()));
+    for (name, c) in causes {
+        let per = |n: u64| format!("{:.3}", n as f64 / c.retired.max(1) as f64);
+        let cells: Vec<String> = c.by_cause.iter().map(|n| per(*n)).collect();
+        println!("| {name} | {} | {} |", cells.join(" | "), per(c.passes));
+    }
+}
+
 /// One program on `device`: checks its output against golden's, prints its table row and
-/// returns its passes per second.
-fn bench_one(chip: &ChipModel, device: vm::Device, image: &ProgramImage, name: &str) -> anyhow::Result<f64> {
+/// returns its passes per second and its counts.
+fn bench_one(
+    chip: &ChipModel,
+    device: vm::Device,
+    image: &ProgramImage,
+    name: &str,
+) -> anyhow::Result<(f64, RunCounts)> {
     let mut golden = Machine::new(image, Environment::BareMetal);
     let golden_end = golden.run(BENCH_BUDGET);
     let mut console = Vec::new();
@@ -92,5 +114,5 @@ fn bench_one(chip: &ChipModel, device: vm::Device, image: &ProgramImage, name: &
         passes_per_second,
         c.retired as f64 / seconds,
     );
-    Ok(passes_per_second)
+    Ok((passes_per_second, c))
 }

@@ -454,6 +454,7 @@ fn run_chip(
                 ""
             }
         );
+        eprintln!("passes by cause: {}", c.breakdown());
         eprintln!(
             "stats: instructions={} forward_passes={} steps_per_s={:.0} exit={}",
             c.retired,

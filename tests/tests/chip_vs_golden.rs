@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::sync::OnceLock;
 
-use inband_chip::rv32im::machine::{boot_tokens_with, ChipMachine, RunCounts};
+use inband_chip::rv32im::machine::{boot_tokens_with, ChipMachine, PassCause, RunCounts};
 use inband_chip::{ChipModel, ChipRunner, ChipToken, MathPath, PassEngine};
 use inband_firmware::{load_elf, Flavor, ProgramImage};
 use inband_golden::{Environment, Machine, RunEnd};
@@ -67,9 +67,20 @@ fn whole(name: &str) -> f64 {
     assert_eq!(chip_console, console, "{name}");
     let ratio = counts.passes as f64 / counts.retired as f64;
     eprintln!(
-        "{name}: {} instructions, {} forward passes ({ratio:.3} per instruction), boot {} passes",
-        counts.retired, counts.passes, counts.boot_passes
+        "{name}: {} instructions, {} forward passes ({ratio:.3} per instruction), boot {} passes; by cause: {}",
+        counts.retired,
+        counts.passes,
+        counts.boot_passes,
+        counts.breakdown()
     );
+    // Every pass has one cause; the division test's divisions run in millicode.
+    assert_eq!(counts.by_cause.iter().sum::<u64>(), counts.passes, "{name}");
+    if name == "isa/muldiv" {
+        assert!(
+            counts.by_cause[PassCause::Millicode as usize] > 0,
+            "{name}: no millicode passes"
+        );
+    }
     ratio
 }
 

@@ -163,6 +163,67 @@ fn word_of(parts: &[ChipToken]) -> u32 {
     w
 }
 
+/// Why a forward pass ran, read from the token it consumed (the token kinds grouped; see
+/// the kinds table in `tokens`). Every pass after boot has exactly one cause.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PassCause {
+    /// Finishes an instruction and starts the next (`s l n lk o`).
+    Retire,
+    /// Moves the pc to another ROM row (`x`): jumps, taken branches, running off a row.
+    RowChange,
+    /// Carries the upper bits of a long register value (`m h`).
+    LongWrite,
+    /// Stages a store's word (`w1 w2 w3` outside a line fill).
+    StoreData,
+    /// Fills a RAM line that a store missed (`fz fs f3 rr`, and the `w1 w2` inside a fill).
+    LineFill,
+    /// Runs in millicode (`xm` and every pass until the `x` back): the division routines.
+    Millicode,
+    /// Reports the exit or a trap (`t` and its value).
+    End,
+}
+
+impl PassCause {
+    /// Every cause, in the order [`RunCounts::by_cause`] counts them.
+    pub const ALL: [PassCause; 7] = [
+        PassCause::Retire,
+        PassCause::RowChange,
+        PassCause::LongWrite,
+        PassCause::StoreData,
+        PassCause::LineFill,
+        PassCause::Millicode,
+        PassCause::End,
+    ];
+
+    /// The cause's name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            PassCause::Retire => "retire",
+            PassCause::RowChange => "row change",
+            PassCause::LongWrite => "long write",
+            PassCause::StoreData => "store data",
+            PassCause::LineFill => "line fill",
+            PassCause::Millicode => "millicode (division)",
+            PassCause::End => "exit/trap",
+        }
+    }
+
+    /// The cause of the pass that consumes a token of `kind`, with the pc in millicode or
+    /// not and a line fill under way or not.
+    fn of(kind: usize, in_millicode: bool, in_fill: bool) -> Self {
+        match kind {
+            _ if in_millicode => PassCause::Millicode,
+            kind::X => PassCause::RowChange,
+            kind::M | kind::H => PassCause::LongWrite,
+            kind::FZ | kind::FS | kind::F3 | kind::RR => PassCause::LineFill,
+            kind::W1 | kind::W2 | kind::W3 if in_fill => PassCause::LineFill,
+            kind::W1 | kind::W2 | kind::W3 => PassCause::StoreData,
+            kind::T => PassCause::End,
+            _ => PassCause::Retire,
+        }
+    }
+}
+
 /// Counts and timing of a run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RunCounts {
@@ -172,6 +233,29 @@ pub struct RunCounts {
     pub passes: u64,
     /// Forward passes of the boot prefill.
     pub boot_passes: u64,
+    /// Forward passes after boot by cause, in [`PassCause::ALL`]'s order (they add up to
+    /// `passes`).
+    pub by_cause: [u64; PassCause::ALL.len()],
+}
+
+impl RunCounts {
+    /// Counts one pass of `cause`.
+    fn pass(&mut self, cause: PassCause) {
+        self.passes += 1;
+        self.by_cause[cause as usize] += 1;
+    }
+
+    /// "retire 700 (86.3 %), row change 80 (9.9 %), …": the causes that occurred.
+    pub fn breakdown(&self) -> String {
+        let total = self.passes.max(1) as f64;
+        PassCause::ALL
+            .iter()
+            .zip(self.by_cause)
+            .filter(|(_, n)| *n > 0)
+            .map(|(cause, n)| format!("{} {n} ({:.1} %)", cause.name(), 100.0 * n as f64 / total))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
 }
 
 /// How far from a level (in levels) a RAM entry may read before it is reported as no
@@ -197,6 +281,8 @@ pub struct ChipMachine<'a> {
     base_row: usize,
     /// The pc is in millicode (the last `x`/`xm` was `xm`).
     in_millicode: bool,
+    /// A line fill is under way (from its `fz` to its `rr`).
+    in_fill: bool,
     /// The user instruction started and not yet retired.
     in_flight: Option<u32>,
     pub console: Vec<u8>,
@@ -235,6 +321,7 @@ impl<'a> ChipMachine<'a> {
             next: last,
             base_row: 0,
             in_millicode: false,
+            in_fill: false,
             in_flight: None,
             console: Vec::new(),
             counts: RunCounts {
@@ -284,7 +371,12 @@ impl<'a> ChipMachine<'a> {
                 }
             }
             let out = self.consume(&tok, golden.is_some())?;
-            self.counts.passes += 1;
+            self.counts.pass(PassCause::of(tok.kind, in_millicode, self.in_fill));
+            self.in_fill = match tok.kind {
+                kind::FZ => true,
+                kind::RR => false,
+                _ => self.in_fill,
+            };
             self.base_row = new_row;
             self.in_millicode = in_millicode;
             if let Some(slot) = user_start {
@@ -359,7 +451,7 @@ impl<'a> ChipMachine<'a> {
             let mut t = token(kind::T, &[cause]);
             for expected in [kind::W1, kind::W2, kind::W3] {
                 let out = self.consume(&t, true)?;
-                self.counts.passes += 1;
+                self.counts.pass(PassCause::End);
                 if out.kind != expected {
                     return Err(ChipError::Protocol {
                         token: out,
@@ -598,6 +690,26 @@ fn register_diff(golden: &[u32; 32], chip: &[u32; 32]) -> String {
 mod tests {
     use super::*;
     use crate::rv32im::tokens::NEXT_ROW;
+
+    #[test]
+    fn pass_causes_follow_the_token_kinds() {
+        let of = |kind, millicode, fill| PassCause::of(kind, millicode, fill);
+        assert_eq!(of(kind::S, false, false), PassCause::Retire);
+        assert_eq!(of(kind::O, false, false), PassCause::Retire);
+        assert_eq!(of(kind::X, false, false), PassCause::RowChange);
+        assert_eq!(of(kind::H, false, false), PassCause::LongWrite);
+        assert_eq!(of(kind::W2, false, false), PassCause::StoreData);
+        assert_eq!(of(kind::W2, false, true), PassCause::LineFill);
+        assert_eq!(of(kind::RR, false, true), PassCause::LineFill);
+        assert_eq!(of(kind::S, true, false), PassCause::Millicode);
+        assert_eq!(of(kind::T, false, false), PassCause::End);
+        let mut counts = RunCounts::default();
+        counts.pass(PassCause::Retire);
+        counts.pass(PassCause::Retire);
+        counts.pass(PassCause::RowChange);
+        assert_eq!(counts.passes, 3);
+        assert_eq!(counts.breakdown(), "retire 2 (66.7 %), row change 1 (33.3 %)");
+    }
 
     #[test]
     fn trap_codes_round_trip() {
