@@ -91,13 +91,7 @@ pub fn engine<'a>(chip: &'a ChipModel, device: Device) -> anyhow::Result<Box<dyn
     match device {
         Device::Cpu => Ok(Box::new(ChipRunner::new(chip)?)),
         #[cfg(feature = "cuda")]
-        Device::Cuda(ordinal, kernel) => {
-            let kernel = match kernel {
-                CudaKernel::Sparse => crate::gpu::Kernel::Sparse,
-                CudaKernel::Reference => crate::gpu::Kernel::Reference,
-            };
-            Ok(Box::new(crate::gpu::GpuChip::new(chip, ordinal, kernel)?))
-        }
+        Device::Cuda(ordinal, kernel) => Ok(Box::new(crate::gpu::GpuChip::new(chip, ordinal, kernel)?)),
         #[cfg(not(feature = "cuda"))]
         Device::Cuda(..) => anyhow::bail!(
             "this inband was built without CUDA support: build it with `scripts/build-gpu.sh` (cargo feature `cuda`)"

@@ -20,6 +20,8 @@ use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
 use inband_chip::{ChipLayers, ChipModel, ChipSpec, ChipToken, PassEngine};
 use inband_qwen35::sparse::SparseLayer;
 
+use crate::vm::CudaKernel as Kernel;
+
 mod reference;
 mod sparse;
 pub mod text;
@@ -67,16 +69,6 @@ struct Dims {
 }
 
 unsafe impl DeviceRepr for Dims {}
-
-/// Which chip kernel the GPU engine runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Kernel {
-    /// Driven by the residual's nonzeros (`chip_sparse.cu`).
-    #[default]
-    Sparse,
-    /// Every projection row by row (`chip_reference.cu`), the yardstick.
-    Reference,
-}
 
 /// Flat arrays the kernels read: indices (I), floats (W), and the state's (S) size.
 #[derive(Default)]
