@@ -49,12 +49,19 @@ if [ "$(cat "$pack.stamp" 2>/dev/null)" != "$stamp" ]; then
     echo "$stamp" >"$pack.stamp"
 fi
 # The CPU engine's chip token streams, which the GPU kernels must reproduce (made again
-# when the pack or the program changed).
+# when the pack, the program or inband changed): booted by prefill (the whole stream,
+# which stock transformers also step) and by loading state (the passes after it).
+# Kept gzipped: the carry limit is 64 MiB.
 for p in hello strings int64; do
-    t=.gpu/trace/$p.trace
-    if [ ! -s "$t" ] || [ "$t" -ot "$pack.stamp" ] || [ "$t" -ot ".gpu/elf/$p.elf" ]; then
-        target/release/inband run --engine chip --chip "$pack" --trace "$t.partial" ".gpu/elf/$p.elf" >/dev/null
-        mv "$t.partial" "$t"
-    fi
+    for boot in prefill load; do
+        t=.gpu/trace/$p.$boot.trace
+        if [ ! -s "$t.gz" ] || [ "$t.gz" -ot "$pack.stamp" ] || [ "$t.gz" -ot ".gpu/elf/$p.elf" ] ||
+            [ "$t.gz" -ot target/release/inband ]; then
+            target/release/inband run --engine chip --chip "$pack" --boot $boot --trace "$t" \
+                ".gpu/elf/$p.elf" >/dev/null
+            gzip -nf "$t"
+        fi
+    done
 done
+rm -f .gpu/trace/*.trace
 du -sh .gpu

@@ -8,8 +8,8 @@
 # are spent; everything lands in $OUT (log, JSON, traces):
 #   checkpoint    a spliced 0.8b-shape checkpoint: synth, weightgen, splice
 #   trace         hello, strings and int64 inside it on CUDA, with each kernel (sparse,
-#                 reference); their chip token streams compared with the CPU engine's
-#                 (.gpu/trace, made by build-gpu.sh)
+#                 reference), booted by prefill and by loading state; their chip token
+#                 streams compared with the CPU engine's (.gpu/trace, made by build-gpu.sh)
 #   profile       each kernel built with -DPROFILE: cycles per pass by phase
 #   transformers  the chip pack exported as a stand-alone Qwen3_5ForCausalLM, stepped by
 #                 stock transformers over that stream (tests/reference/chip_in_transformers.py)
@@ -20,9 +20,12 @@
 #   examples      every example but Euler #10 on CUDA, output compared with golden's
 #   bench         inband bench --device cuda --against-reference (both kernels, the ratio)
 #   verify        ISA tests, the shorter examples and whole_ram under --verify on CUDA
+#   load          hello, int64 and Euler #10 booted by loading state and by prefill on
+#                 CUDA: the boot times
 #   euler10       Project Euler #10 inside the spliced checkpoint on CUDA, timed
 #   inband        in-band execution in a generation from the spliced checkpoint (VM on
-#                 CUDA): `[C: 847*293]` and Euler #10 as a ```c block, forced tokens
+#                 CUDA): `[C: 847*293]` and `[C: 12345*6789]`, forced tokens
+#   inband-euler10  the same with Euler #10 as a ```c block
 #   fib           fib inside the spliced checkpoint on CUDA
 #   untouched     tests/tests/inband_exec.rs (carried as .gpu/bin/inband_exec), its
 #                 code regions on CUDA, Qwen's layers on the CPU then on CUDA: Qwen's caches
@@ -97,13 +100,16 @@ for section in "${SECTIONS[@]}"; do
     trace)
         # Each CUDA kernel's chip token streams vs the CPU engine's (.gpu/trace, made by build-gpu.sh).
         for k in sparse reference; do
-            for p in hello strings int64; do
-                step 120 $B/inband run "${M[@]}" --kernel $k --stats --trace "$OUT/$p.$k.trace" $E/$p.elf &&
-                    if cmp -s "$OUT/$p.$k.trace" .gpu/trace/$p.trace; then
-                        echo "   $p ($k kernel): CUDA and CPU chip token streams identical" >>"$LOG"
-                    else
-                        echo "   $p ($k kernel): TOKEN STREAMS DIFFER from the CPU engine's" >>"$LOG"
-                    fi
+            for boot in prefill load; do
+                for p in hello strings int64; do
+                    t="$OUT/$p.$k.$boot.trace"
+                    step 120 $B/inband run "${M[@]}" --kernel $k --boot $boot --stats --trace "$t" $E/$p.elf &&
+                        if zcat .gpu/trace/$p.$boot.trace.gz | cmp -s - "$t"; then
+                            echo "   $p ($k kernel, $boot boot): CUDA and CPU chip token streams identical" >>"$LOG"
+                        else
+                            echo "   $p ($k kernel, $boot boot): TOKEN STREAMS DIFFER from the CPU engine's" >>"$LOG"
+                        fi
+                done
             done
         done
         ;;
@@ -114,7 +120,8 @@ for section in "${SECTIONS[@]}"; do
         ;;
     transformers)
         step 150 python3 tests/reference/chip_in_transformers.py export "$W/pack" "$W/hf-chip"
-        step 200 python3 tests/reference/chip_in_transformers.py step "$W/hf-chip" .gpu/trace/hello.trace
+        zcat .gpu/trace/hello.prefill.trace.gz >"$W/hello.trace"
+        step 200 python3 tests/reference/chip_in_transformers.py step "$W/hf-chip" "$W/hello.trace"
         rm -rf "$W/hf-chip"
         ;;
     text)
@@ -142,7 +149,8 @@ for section in "${SECTIONS[@]}"; do
         done
         ;;
     speed)
-        step 150 python3 tests/reference/chip_in_transformers.py decode-speed "$W/spliced" .gpu/trace/hello.trace 310
+        zcat .gpu/trace/hello.prefill.trace.gz >"$W/hello.trace"
+        step 150 python3 tests/reference/chip_in_transformers.py decode-speed "$W/spliced" "$W/hello.trace" 310
         ;;
     examples)
         # About 1.4 M passes in all: ~7 minutes at ~3,400 steps/s.
@@ -159,12 +167,25 @@ for section in "${SECTIONS[@]}"; do
         done
         step 240 $B/inband run "${V[@]}" --verify --stats $E/whole_ram.elf
         ;;
+    load)
+        # Boot by loading state vs by prefill: each program's boot time (its run cut
+        # after one instruction), on the resident GPU engine of one process each.
+        for p in hello int64 euler10; do
+            for boot in load prefill; do
+                step 120 $B/inband run "${M[@]}" --boot $boot --stats --max-instructions 1 $E/$p.elf
+            done
+        done
+        ;;
     euler10 | fib)
         vs_golden $section 590 && cat "$W/$section.cuda" >>"$LOG"
         ;;
     inband)
         G=(--model "$W/spliced" --device cuda --vm-device cuda --stats --max-tokens 4 --prompt "$PROMPT")
-        step 200 $B/inband generate "${G[@]}" --force "Question: 847*293? Answer: [C: 847*293]"
+        # Two regions on one resident engine: the first also makes the engine.
+        step 200 $B/inband generate "${G[@]}" --force "Question: 847*293? Answer: [C: 847*293]. And 12345*6789? [C: 12345*6789]"
+        ;;
+    inband-euler10)
+        G=(--model "$W/spliced" --device cuda --vm-device cuda --stats --max-tokens 4 --prompt "$PROMPT")
         # Euler #10 as a model would write it: the example without its header comment.
         fence=$(printf '```c\n%s\n```\n' "$(grep -v -E '^ ?(/\*| \*)' firmware/examples/euler10.c)")
         step 590 $B/inband generate "${G[@]}" --max-region-seconds 560 --force "$fence"

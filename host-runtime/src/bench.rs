@@ -83,6 +83,7 @@ fn bench_one(
         chip,
         device,
         image,
+        vm::Boot::Load,
         vm::Limits::instructions(BENCH_BUDGET),
         false,
         None,

@@ -8,9 +8,12 @@
 //!   injected after the closing fence as an ```` ```output ```` block.
 //!
 //! Compile errors, traps and an exhausted instruction budget come back as one short line
-//! of text. Each region gets a freshly booted VM; Qwen's own state is never touched
-//! (the chip runs in its own engine with Qwen's layers skipped).
+//! of text. The chip's engine stays resident across regions (on a GPU, its uploaded
+//! weights and compiled kernel); each region boots a fresh machine in it by loading
+//! state. Qwen's own state is never touched (the chip runs in its own engine with Qwen's
+//! layers skipped).
 
+use std::cell::RefCell;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -31,6 +34,8 @@ pub enum Region {
 }
 
 const EXPR_OPEN: &str = "[C:";
+/// How regions are optimised.
+const REGION_OPT_LEVEL: &str = "-O2";
 const FENCE_OPEN: &str = "```c\n";
 const FENCE_CLOSE: &str = "\n```";
 
@@ -72,7 +77,10 @@ pub fn closed_region(text: &str) -> Option<(Region, usize)> {
 pub struct Execution {
     pub injected: String,
     pub compile_seconds: f64,
-    pub boot_seconds: f64,
+    /// Making the chip's engine (the first region only: it stays resident).
+    pub engine_seconds: f64,
+    /// Booting the program by loading state.
+    pub load_seconds: f64,
     pub run_seconds: f64,
     pub instructions: u64,
     pub forward_passes: u64,
@@ -85,9 +93,18 @@ impl Execution {
             Region::Expression(x) => format!("[C: {x}]"),
             Region::Program(_) => "```c block".to_string(),
         };
+        let engine = if self.engine_seconds > 0.0 {
+            format!("engine {:.1} ms (once), ", self.engine_seconds * 1e3)
+        } else {
+            String::new()
+        };
         format!(
-            "exec: {what}: compile {:.2} s, boot {:.2} s, run {:.2} s ({} instructions, {} forward passes)",
-            self.compile_seconds, self.boot_seconds, self.run_seconds, self.instructions, self.forward_passes
+            "exec: {what}: compile {:.1} ms, {engine}load {:.1} ms, run {:.1} ms ({} instructions, {} forward passes)",
+            self.compile_seconds * 1e3,
+            self.load_seconds * 1e3,
+            self.run_seconds * 1e3,
+            self.instructions,
+            self.forward_passes
         )
     }
 }
@@ -104,19 +121,106 @@ pub struct Executor<'a> {
     pub max_output: usize,
     /// Print each region's timing line on stderr as soon as it has run (`--stats`).
     pub report: bool,
+    /// The chip's engine, made by the first region and kept (`Default::default()`).
+    pub resident: RefCell<Option<vm::Vm<'a>>>,
 }
 
-/// The C program that prints `expr` in its type's natural format.
+/// What a `[C: expr]` program writes first: its value's type, one byte.
+mod value_type {
+    pub const CHAR: u8 = 1;
+    pub const SIGNED: u8 = 2;
+    pub const UNSIGNED: u8 = 3;
+    pub const BOOL: u8 = 4;
+    pub const FLOAT: u8 = 5;
+    pub const DOUBLE: u8 = 6;
+    pub const STRING: u8 = 7;
+}
+
+/// The C program that hands `expr`'s value to the host: a type byte, then the value's
+/// bytes as stored (little-endian), or a string's bytes up to its NUL. The chip computes
+/// the value; the host formats it (integers in decimal, `float` and `double` as
+/// `printf("%.17g")` does), so the program needs no C library and runs in a few passes.
 fn expression_program(expr: &str) -> String {
+    use value_type::*;
     format!(
-        "#include <stdio.h>\n\
-         extern const char inband_expression_type_not_printable[];\n\
-         #define INBAND_FORMAT(x) _Generic((x), char: \"%c\", signed char: \"%d\", unsigned char: \"%u\", \
-         short: \"%d\", unsigned short: \"%u\", int: \"%d\", unsigned int: \"%u\", long: \"%ld\", \
-         unsigned long: \"%lu\", long long: \"%lld\", unsigned long long: \"%llu\", char *: \"%s\", \
-         const char *: \"%s\", _Bool: \"%d\", default: inband_expression_type_not_printable)\n\
-         int main(void) {{\n    printf(INBAND_FORMAT(({expr})), ({expr}));\n    return 0;\n}}\n"
+        "extern const char inband_expression_type_not_printable[];\n\
+         #define INBAND_PUT(b) (*(volatile unsigned char *){console:#x}u = (unsigned char)(b))\n\
+         int main(void) {{\n\
+         __auto_type inband_value = ({expr});\n\
+         const unsigned char inband_type = _Generic(inband_value, char: {CHAR}, signed char: {SIGNED}, \
+         unsigned char: {UNSIGNED}, short: {SIGNED}, unsigned short: {UNSIGNED}, int: {SIGNED}, \
+         unsigned int: {UNSIGNED}, long: {SIGNED}, unsigned long: {UNSIGNED}, long long: {SIGNED}, \
+         unsigned long long: {UNSIGNED}, _Bool: {BOOL}, float: {FLOAT}, double: {DOUBLE}, char *: {STRING}, \
+         const char *: {STRING}, default: inband_expression_type_not_printable[0]);\n\
+         INBAND_PUT(inband_type);\n\
+         if (inband_type == {STRING}) {{\n\
+         const char *inband_s = (const char *)(unsigned long)_Generic(inband_value, char *: inband_value, \
+         const char *: inband_value, default: 0);\n\
+         while (*inband_s) INBAND_PUT(*inband_s++);\n\
+         }} else {{\n\
+         const unsigned char *inband_b = (const unsigned char *)&inband_value;\n\
+         for (unsigned i = 0; i < sizeof inband_value; i++) INBAND_PUT(inband_b[i]);\n\
+         }}\n\
+         return 0;\n}}\n",
+        console = inband_firmware::memory_map::MMIO_CONSOLE_TX,
     )
+}
+
+/// The text of the value an expression program wrote (None: not a value it could write).
+fn expression_value(console: &[u8]) -> Option<String> {
+    use value_type::*;
+    let (&kind, bytes) = console.split_first()?;
+    let int = |signed: bool| -> Option<String> {
+        if bytes.is_empty() || bytes.len() > 8 {
+            return None;
+        }
+        let mut raw = [0u8; 8];
+        raw[..bytes.len()].copy_from_slice(bytes);
+        let unsigned = u64::from_le_bytes(raw);
+        let shift = 64 - 8 * bytes.len() as u32;
+        Some(if signed {
+            (((unsigned << shift) as i64) >> shift).to_string()
+        } else {
+            unsigned.to_string()
+        })
+    };
+    match kind {
+        CHAR if bytes.len() == 1 => Some(char::from(bytes[0]).to_string()),
+        SIGNED | BOOL => int(true),
+        UNSIGNED => int(false),
+        FLOAT => Some(format_g17(f32::from_le_bytes(bytes.try_into().ok()?) as f64)),
+        DOUBLE => Some(format_g17(f64::from_le_bytes(bytes.try_into().ok()?))),
+        STRING => Some(String::from_utf8_lossy(bytes).into_owned()),
+        _ => None,
+    }
+}
+
+/// `x` as C's `printf("%.17g", x)` prints it: 17 significant digits, exponent form when
+/// the exponent is below -4 or at least 17, trailing zeros dropped.
+fn format_g17(x: f64) -> String {
+    if x.is_nan() {
+        return if x.is_sign_negative() { "-nan" } else { "nan" }.into();
+    }
+    if x.is_infinite() {
+        return if x < 0.0 { "-inf" } else { "inf" }.into();
+    }
+    // Rust's exponent form rounds correctly, as glibc does: 16 digits after the point.
+    let sci = format!("{x:.16e}");
+    let (mantissa, exponent) = sci.split_once('e').expect("exponent form");
+    let exponent: i32 = exponent.parse().expect("an exponent");
+    let trim = |s: String| -> String {
+        if s.contains('.') {
+            s.trim_end_matches('0').trim_end_matches('.').to_string()
+        } else {
+            s
+        }
+    };
+    if (-4..17).contains(&exponent) {
+        trim(format!("{x:.*}", (16 - exponent) as usize))
+    } else {
+        let sign = if exponent < 0 { '-' } else { '+' };
+        format!("{}e{sign}{:02}", trim(mantissa.to_string()), exponent.abs())
+    }
 }
 
 /// The compiler's first error, without file paths: one line a model can react to.
@@ -124,7 +228,7 @@ fn first_error(message: &str) -> String {
     let lines = || message.lines().skip_while(|l| l.starts_with("compilation failed"));
     if let Some(l) = lines().find(|l| l.contains("undefined reference to")) {
         if l.contains("inband_expression_type_not_printable") {
-            return "error: only integer, character and string expressions can be printed".into();
+            return "error: only integer, floating-point, character and string expressions can be printed".into();
         }
         let what = &l[l.find("undefined reference to").unwrap_or(0)..];
         return format!("link error: {}", what.replace(['`', '\''], "'").trim());
@@ -168,7 +272,8 @@ impl Executor<'_> {
         let mut execution = Execution {
             injected: String::new(),
             compile_seconds: 0.0,
-            boot_seconds: 0.0,
+            engine_seconds: 0.0,
+            load_seconds: 0.0,
             run_seconds: 0.0,
             instructions: 0,
             forward_passes: 0,
@@ -188,14 +293,21 @@ impl Executor<'_> {
         };
         execution.compile_seconds = start.elapsed().as_secs_f64();
         let mut console = Vec::new();
-        let body = match vm::run(self.chip, self.device, &image, self.limits, false, None, &mut console) {
+        let body = match self.run(&image, &mut console, &mut execution) {
             Ok(run) => {
-                execution.boot_seconds = run.boot_seconds;
+                execution.load_seconds = run.boot_seconds;
                 execution.run_seconds = run.run_seconds;
                 execution.instructions = run.counts.retired;
                 execution.forward_passes = run.counts.passes;
+                let value = match (is_expression, &run.end) {
+                    (true, RunEnd::Exited(0)) => expression_value(&console),
+                    _ => None,
+                };
                 let out = capped(&console, self.max_output);
                 match run.end {
+                    RunEnd::Exited(0) if value.is_some() => {
+                        capped(value.unwrap_or_default().as_bytes(), self.max_output)
+                    }
                     RunEnd::Exited(0) => out,
                     RunEnd::Exited(code) => format!("{out}{}exit code {code}", sep(&out)),
                     RunEnd::Trapped(trap) => format!("{out}{}error: {trap}", sep(&out)),
@@ -218,6 +330,40 @@ impl Executor<'_> {
         execution
     }
 
+    /// Makes the resident engine and compiles the C runtime now, so that no region pays
+    /// for them; returns the seconds it took.
+    pub fn prepare(&self) -> Result<f64, inband_chip::rv32im::machine::ChipError> {
+        let start = Instant::now();
+        let mut resident = self.resident.borrow_mut();
+        if resident.is_none() {
+            *resident = Some(vm::Vm::new(self.chip, self.device)?);
+        }
+        // Compiling and booting a first expression compiles the C runtime and teaches
+        // the loader the startup code every region shares. A toolchain that fails here
+        // is reported by the first region instead.
+        if let Ok(image) = self.compile(&expression_program("0")) {
+            resident.as_mut().expect("made above").warm_up(&image)?;
+        }
+        Ok(start.elapsed().as_secs_f64())
+    }
+
+    /// Runs `image` on the resident engine (made first if this is the first region).
+    fn run(
+        &self,
+        image: &inband_firmware::ProgramImage,
+        console: &mut Vec<u8>,
+        execution: &mut Execution,
+    ) -> Result<vm::VmRun, inband_chip::rv32im::machine::ChipError> {
+        let mut resident = self.resident.borrow_mut();
+        if resident.is_none() {
+            let made = vm::Vm::new(self.chip, self.device)?;
+            execution.engine_seconds = made.engine_seconds;
+            *resident = Some(made);
+        }
+        let machine = resident.as_mut().expect("made above");
+        machine.run(image, vm::Boot::Load, self.limits, false, None, console)
+    }
+
     fn compile(&self, source: &str) -> Result<inband_firmware::ProgramImage, String> {
         let dir = tempfile::tempdir().map_err(|e| format!("error: no temporary folder: {e}"))?;
         let path: PathBuf = dir.path().join("region.c");
@@ -230,7 +376,7 @@ impl Executor<'_> {
         // inband_firmware::sandbox).
         let elf = dir.path().join("region.elf");
         toolchain
-            .build_confined(&[path], Flavor::BareMetal, "-O2", &elf, REGION_LIMITS)
+            .build_confined(&[path], Flavor::BareMetal, REGION_OPT_LEVEL, &elf, REGION_LIMITS)
             .map_err(|e| first_error(&e.to_string()))?;
         let bytes = std::fs::read(&elf).map_err(|e| format!("error: cannot read the program: {e}"))?;
         load_elf(&bytes).map_err(|e| format!("error: {e}"))
@@ -288,6 +434,31 @@ mod tests {
         assert!(matches!(r, Region::Program(_)));
         let (r, _) = closed_region("[C: 1+1] then ```c\nint main(){}\n```").unwrap();
         assert_eq!(r, Region::Expression("1+1".into()));
+    }
+
+    #[test]
+    fn values_print_as_c_prints_them() {
+        use value_type::*;
+        let value = |kind: u8, bytes: &[u8]| expression_value(&[&[kind][..], bytes].concat()).unwrap();
+        assert_eq!(value(SIGNED, &248171i32.to_le_bytes()), "248171");
+        assert_eq!(value(SIGNED, &(-5i16).to_le_bytes()), "-5");
+        assert_eq!(value(UNSIGNED, &u64::MAX.to_le_bytes()), "18446744073709551615");
+        assert_eq!(value(SIGNED, &i64::MIN.to_le_bytes()), "-9223372036854775808");
+        assert_eq!(value(CHAR, b"A"), "A");
+        assert_eq!(value(BOOL, &[1]), "1");
+        assert_eq!(value(STRING, b"hi there"), "hi there");
+        assert_eq!(value(DOUBLE, &2f64.sqrt().to_le_bytes()), "1.4142135623730951");
+        assert_eq!(value(DOUBLE, &(1.0f64 / 3.0).to_le_bytes()), "0.33333333333333331");
+        assert_eq!(value(DOUBLE, &0.5f64.to_le_bytes()), "0.5");
+        assert_eq!(value(DOUBLE, &1e20f64.to_le_bytes()), "1e+20");
+        assert_eq!(value(DOUBLE, &1.5e-7f64.to_le_bytes()), "1.4999999999999999e-07");
+        assert_eq!(value(DOUBLE, &123456.0f64.to_le_bytes()), "123456");
+        assert_eq!(value(DOUBLE, &0.0001f64.to_le_bytes()), "0.0001");
+        assert_eq!(value(DOUBLE, &(-0.0f64).to_le_bytes()), "-0");
+        assert_eq!(value(FLOAT, &0.1f32.to_le_bytes()), "0.10000000149011612");
+        assert_eq!(value(DOUBLE, &f64::INFINITY.to_le_bytes()), "inf");
+        assert!(expression_value(&[]).is_none());
+        assert!(expression_value(&[DOUBLE, 1, 2]).is_none());
     }
 
     #[test]

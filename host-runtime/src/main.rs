@@ -113,10 +113,15 @@ enum Command {
         #[arg(long, value_enum, default_value_t)]
         kernel: vm::CudaKernel,
         /// (chip) Write every forward pass's input and chosen chip token ids to this file,
-        /// one pass per line (`input chosen`), boot included: the stream another runner
-        /// (stock transformers) must reproduce.
+        /// one pass per line (`input chosen`), boot included: with `--boot prefill`, the
+        /// whole stream another runner (stock transformers) must reproduce.
         #[arg(long)]
         trace: Option<PathBuf>,
+        /// (chip) How the program gets into the chip: load (the host writes the state the
+        /// boot prefill leaves, bit for bit, and runs its last 4 tokens) or prefill
+        /// (every boot token a forward pass, as a stock runner boots).
+        #[arg(long, value_enum, default_value_t)]
+        boot: vm::Boot,
         /// Toolchain folder holding bin/riscv64-unknown-elf-gcc (default: $INBAND_TOOLCHAIN or PATH).
         #[arg(long)]
         toolchain: Option<PathBuf>,
@@ -242,6 +247,7 @@ fn main() -> ExitCode {
             device,
             kernel,
             trace,
+            boot,
             toolchain,
         } => {
             if kernel != vm::CudaKernel::default() && device == vm::Device::Cpu {
@@ -255,6 +261,7 @@ fn main() -> ExitCode {
                     (chip.is_some(), "--chip"),
                     (trace.is_some(), "--trace"),
                     (verify, "--verify"),
+                    (boot != vm::Boot::default(), "--boot"),
                     (device != vm::Device::Cpu, "--device"),
                 ];
                 if let Some((_, flag)) = chip_only.iter().find(|(given, _)| *given) {
@@ -282,7 +289,13 @@ fn main() -> ExitCode {
                         instructions: max_instructions,
                         wall: Some(std::time::Duration::from_secs_f64(max_seconds)),
                     };
-                    run_chip(&image, &source, device, stats, limits, verify, trace.as_deref())
+                    let flags = ChipRunFlags {
+                        stats,
+                        verify,
+                        trace: trace.as_deref(),
+                        boot,
+                    };
+                    run_chip(&image, &source, device, limits, flags)
                 }
             }
         }
@@ -396,15 +409,27 @@ fn parse_prefix(s: &str) -> Result<PathBuf, String> {
 const NO_CHIP: &str = "the chip engine runs the chip layers of a spliced checkpoint (--model DIR, made by \
     `weight-surgery splice`) or of a chip pack (--chip DIR, made by `weightgen --shape 0.8b --out DIR`)";
 
+/// How `run --engine chip` runs and reports.
+struct ChipRunFlags<'a> {
+    stats: bool,
+    verify: bool,
+    trace: Option<&'a std::path::Path>,
+    boot: vm::Boot,
+}
+
 fn run_chip(
     image: &inband_firmware::ProgramImage,
     source: &ChipSource,
     device: vm::Device,
-    stats: bool,
     limits: vm::Limits,
-    verify: bool,
-    trace: Option<&std::path::Path>,
+    flags: ChipRunFlags,
 ) -> ExitCode {
+    let ChipRunFlags {
+        stats,
+        verify,
+        trace,
+        boot,
+    } = flags;
     let opening = Instant::now();
     let chip = match source.open() {
         Ok(chip) => chip,
@@ -415,7 +440,7 @@ fn run_chip(
     };
     let open_seconds = opening.elapsed().as_secs_f64();
     let mut stdout = std::io::stdout().lock();
-    let run = match vm::run(&chip, device, image, limits, verify, trace, &mut stdout) {
+    let run = match vm::run(&chip, device, image, boot, limits, verify, trace, &mut stdout) {
         Ok(run) => run,
         Err(e @ (ChipError::Mismatch { .. } | ChipError::MismatchAt { .. })) => {
             eprintln!("inband: {e}");
@@ -444,7 +469,11 @@ fn run_chip(
             chip.layer_count()
         );
         eprintln!(
-            "boot: {} forward passes in {:.1} s; run: {:.3} forward passes per instruction{}",
+            "boot ({}): {} forward passes in {:.3} s; run: {:.3} forward passes per instruction{}",
+            match boot {
+                vm::Boot::Load => "state loaded",
+                vm::Boot::Prefill => "prefill",
+            },
             c.boot_passes,
             run.boot_seconds,
             c.passes as f64 / c.retired.max(1) as f64,

@@ -43,7 +43,7 @@ pub struct SessionOptions {
     /// (in-band execution) Console bytes of one region injected into the text at most.
     #[arg(long, default_value_t = 2048)]
     pub max_region_output: usize,
-    /// Report each region's compile, boot and run time on stderr as it finishes, and the
+    /// Report each region's compile, load and run time on stderr as it finishes, and the
     /// time spent in the model's own forward passes at the end.
     #[arg(long)]
     pub stats: bool,
@@ -56,7 +56,8 @@ pub struct SessionOptions {
 pub struct TextSession<'a> {
     options: &'a SessionOptions,
     pub model: TextModel,
-    chip: Option<inband_chip::ChipModel>,
+    /// Runs the regions of every generation of the session on one resident engine.
+    executor: Option<crate::inband::Executor<'static>>,
 }
 
 impl<'a> TextSession<'a> {
@@ -65,17 +66,42 @@ impl<'a> TextSession<'a> {
         let mut model = crate::text::TextModel::open(&options.model, options.device)?;
         model.all_logits = all_logits;
         // In-band execution needs the checkpoint's chip.
-        let chip = if !options.no_exec && model.spliced {
-            Some(crate::spliced::SplicedModel::open(&options.model)?.chip()?)
+        let executor = if !options.no_exec && model.spliced {
+            let chip = crate::spliced::SplicedModel::open(&options.model)?.chip()?;
+            // The chip and its resident engine serve every generation until the process
+            // ends: the model is kept for the process's life.
+            let chip: &'static inband_chip::ChipModel = Box::leak(Box::new(chip));
+            let o = options;
+            Some(crate::inband::Executor {
+                chip,
+                device: o.vm_device,
+                toolchain: Toolchain::locate(o.toolchain.as_deref()).ok(),
+                limits: vm::Limits {
+                    instructions: o.max_instructions,
+                    wall: Some(std::time::Duration::from_secs_f64(o.max_region_seconds)),
+                },
+                max_output: o.max_region_output,
+                report: o.stats,
+                resident: Default::default(),
+            })
         } else {
             None
         };
-        Ok(Self { options, model, chip })
+        if let Some(executor) = &executor {
+            let seconds = executor.prepare()?;
+            if options.stats {
+                eprintln!("in-band: the chip's engine and the C runtime ready in {seconds:.2} s (once per session)");
+            }
+        }
+        Ok(Self {
+            options,
+            model,
+            executor,
+        })
     }
 
     /// One generation after `prompt`, streamed to stdout.
     pub fn run(&self, prompt: &str, force: &str) -> anyhow::Result<crate::text::Generation> {
-        use crate::inband::Executor;
         use crate::text::Sampling;
         let o = self.options;
         let ids = self.model.encode(prompt)?;
@@ -85,22 +111,16 @@ impl<'a> TextSession<'a> {
         } else {
             Sampling::Greedy
         };
-        let executor = self.chip.as_ref().map(|chip| Executor {
-            chip,
-            device: o.vm_device,
-            toolchain: Toolchain::locate(o.toolchain.as_deref()).ok(),
-            limits: vm::Limits {
-                instructions: o.max_instructions,
-                wall: Some(std::time::Duration::from_secs_f64(o.max_region_seconds)),
-            },
-            max_output: o.max_region_output,
-            report: o.stats,
-        });
         let mut stdout = std::io::stdout().lock();
         let _ = write!(stdout, "{prompt}");
-        let generation = self
-            .model
-            .generate(&ids, &forced, o.max_tokens, sampling, executor.as_ref(), &mut stdout)?;
+        let generation = self.model.generate(
+            &ids,
+            &forced,
+            o.max_tokens,
+            sampling,
+            self.executor.as_ref(),
+            &mut stdout,
+        )?;
         let _ = writeln!(stdout);
         if o.stats {
             eprintln!(

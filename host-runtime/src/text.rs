@@ -325,6 +325,16 @@ impl TextModel {
                 Some(_) => {
                     region_from = text.len();
                     injecting_until = None;
+                    if executor.is_some_and(|e| e.report) {
+                        // The result through the model now (its logits are the same
+                        // batched or not), to say what injecting it cost.
+                        let (tokens, start) = (pending.len(), std::time::Instant::now());
+                        self.prefill(&mut pending, &mut state, &mut rows, &mut model_seconds)?;
+                        eprintln!(
+                            "\ninject: {tokens} tokens (the result and the region's end) through the model in {:.1} ms",
+                            start.elapsed().as_secs_f64() * 1e3
+                        );
+                    }
                 }
                 None => {}
             }

@@ -9,8 +9,9 @@ use anyhow::Context;
 use std::rc::Rc;
 use std::time::Instant;
 
+use inband_chip::rv32im::load::BootLoader;
 use inband_chip::rv32im::machine::{ChipError, ChipMachine, RunCounts};
-use inband_chip::{ChipModel, ChipRunner, ChipToken, PassEngine, TokenSpec};
+use inband_chip::{ChipModel, ChipRunner, ChipToken, MemoryRow, PassEngine, TokenSpec};
 use inband_firmware::ProgramImage;
 use inband_golden::{Environment, Machine, RunEnd};
 
@@ -125,6 +126,10 @@ impl PassEngine for Tracing<'_> {
 
     fn memory_row(&self, layer: usize, head: usize, row: usize) -> anyhow::Result<Vec<f32>> {
         self.inner.memory_row(layer, head, row)
+    }
+
+    fn load_state(&mut self, rows: &[MemoryRow]) -> anyhow::Result<()> {
+        self.inner.load_state(rows)
     }
 
     fn lookahead(&self) -> usize {
@@ -252,52 +257,133 @@ impl Limits {
     }
 }
 
-/// Boots `image` in `chip` on `device` and runs it within `limits` (a run stopped by its
-/// wall-clock limit ends as an exhausted budget, with [`VmRun::timed_out`] set), writing
-/// console bytes to `out` as they appear. With `verify`, every
-/// retired instruction is checked against the golden reference. With `trace`, every
-/// forward pass's input and chosen token ids are written there (boot included).
+/// How a program gets into the chip.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Boot {
+    /// The host computes the state the prefill leaves and writes it (bit-identical,
+    /// fast); only the prefill's last few tokens run as passes.
+    #[default]
+    Load,
+    /// Every boot token runs as a forward pass (how stock runners boot a program).
+    Prefill,
+}
+
+/// A chip on a device, kept between runs: the engine (on a GPU, the uploaded chip and
+/// its compiled kernel) and what the boot loader keeps. Each run starts from a fresh
+/// machine: the engine's state is reset completely before every boot.
+pub struct Vm<'a> {
+    chip: &'a ChipModel,
+    engine: Box<dyn PassEngine + 'a>,
+    /// Made by the first boot that loads state.
+    loader: Option<BootLoader<'a>>,
+    /// Seconds spent making the engine.
+    pub engine_seconds: f64,
+}
+
+impl<'a> Vm<'a> {
+    /// The engine for `chip` on `device`.
+    pub fn new(chip: &'a ChipModel, device: Device) -> Result<Self, ChipError> {
+        let start = Instant::now();
+        let engine = engine(chip, device)?;
+        Ok(Self {
+            chip,
+            engine,
+            loader: None,
+            engine_seconds: start.elapsed().as_secs_f64(),
+        })
+    }
+
+    /// Computes (and forgets) the boot of `image`: what the loader keeps from it (the
+    /// staging rows of its code) makes the next boots of similar programs faster.
+    pub fn warm_up(&mut self, image: &ProgramImage) -> Result<(), ChipError> {
+        self.loader()?.plan(image).map(|_| ())
+    }
+
+    /// The boot loader (made the first time).
+    fn loader(&mut self) -> Result<&mut BootLoader<'a>, ChipError> {
+        if self.loader.is_none() {
+            self.loader = Some(BootLoader::new(self.chip)?);
+        }
+        Ok(self.loader.as_mut().expect("made above"))
+    }
+
+    /// Boots `image` by `boot` and runs it within `limits` (see [`run`]).
+    pub fn run(
+        &mut self,
+        image: &ProgramImage,
+        boot: Boot,
+        limits: Limits,
+        verify: bool,
+        trace: Option<&Path>,
+        out: &mut dyn Write,
+    ) -> Result<VmRun, ChipError> {
+        let start = Instant::now();
+        if boot == Boot::Load {
+            self.loader()?;
+        }
+        let recorded = Trace::default();
+        let lent: Box<dyn PassEngine + '_> = Box::new(&mut *self.engine);
+        let engine: Box<dyn PassEngine + '_> = match trace {
+            Some(_) => Box::new(Tracing {
+                inner: lent,
+                tokens: self.chip.spec.tokens.clone(),
+                trace: recorded.clone(),
+            }),
+            None => lent,
+        };
+        let mut machine = match boot {
+            Boot::Load => {
+                let loader = self.loader.as_mut().expect("made before the engine was lent");
+                ChipMachine::load_on(self.chip, engine, image, loader)?
+            }
+            Boot::Prefill => {
+                let mut engine = engine;
+                engine.load_state(&[])?;
+                ChipMachine::boot_on(self.chip, engine, image)?
+            }
+        };
+        let boot_seconds = start.elapsed().as_secs_f64();
+        let golden = verify.then(|| Machine::new(image, Environment::BareMetal));
+        let start = Instant::now();
+        let mut checked = Checked {
+            machine: &mut machine,
+            golden,
+        };
+        let (end, timed_out) = stream(&mut checked, limits, CHIP_CHUNK, out)?;
+        let run_seconds = start.elapsed().as_secs_f64();
+        if let Some(path) = trace {
+            write_trace(path, &recorded.borrow()).map_err(|source| ChipError::Output {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        }
+        Ok(VmRun {
+            end,
+            counts: machine.counts,
+            run_seconds,
+            boot_seconds,
+            engine_seconds: self.engine_seconds,
+            timed_out,
+        })
+    }
+}
+
+/// Boots `image` in `chip` on `device` by `boot` and runs it within `limits` (a run
+/// stopped by its wall-clock limit ends as an exhausted budget, with
+/// [`VmRun::timed_out`] set), writing console bytes to `out` as they appear. With
+/// `verify`, every retired instruction is checked against the golden reference. With
+/// `trace`, every forward pass's input and chosen token ids are written there (those
+/// of boot included).
+#[allow(clippy::too_many_arguments)]
 pub fn run(
     chip: &ChipModel,
     device: Device,
     image: &ProgramImage,
+    boot: Boot,
     limits: Limits,
     verify: bool,
     trace: Option<&Path>,
     out: &mut dyn Write,
 ) -> Result<VmRun, ChipError> {
-    let start = Instant::now();
-    let recorded = Trace::default();
-    let mut engine = engine(chip, device)?;
-    let engine_seconds = start.elapsed().as_secs_f64();
-    if trace.is_some() {
-        engine = Box::new(Tracing {
-            inner: engine,
-            tokens: chip.spec.tokens.clone(),
-            trace: recorded.clone(),
-        });
-    }
-    let mut machine = ChipMachine::boot_on(chip, engine, image)?;
-    let boot_seconds = start.elapsed().as_secs_f64() - engine_seconds;
-    let golden = verify.then(|| Machine::new(image, Environment::BareMetal));
-    let start = Instant::now();
-    let mut checked = Checked {
-        machine: &mut machine,
-        golden,
-    };
-    let (end, timed_out) = stream(&mut checked, limits, CHIP_CHUNK, out)?;
-    if let Some(path) = trace {
-        write_trace(path, &recorded.borrow()).map_err(|source| ChipError::Output {
-            path: path.to_path_buf(),
-            source,
-        })?;
-    }
-    Ok(VmRun {
-        end,
-        counts: machine.counts,
-        run_seconds: start.elapsed().as_secs_f64(),
-        boot_seconds,
-        engine_seconds,
-        timed_out,
-    })
+    Vm::new(chip, device)?.run(image, boot, limits, verify, trace, out)
 }

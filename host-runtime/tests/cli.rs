@@ -227,6 +227,7 @@ fn chip_only_flags_are_refused_with_the_golden_engine() {
         &["--model", "m"],
         &["--verify"],
         &["--device", "cuda"],
+        &["--boot", "prefill"],
     ] {
         let mut args = vec!["run", "--engine", "golden"];
         args.extend_from_slice(flags);

@@ -11,7 +11,7 @@
         inert full_attention layer (all weights zero: it adds exact zeros) ends the stack,
         because transformers' cache counts positions on attention layers only.
     chip_in_transformers.py step MODEL_DIR TRACE
-        Feed the trace's inputs (`inband run --engine chip --trace TRACE`) one token per
+        Feed the trace's inputs (`inband run --engine chip --boot prefill --trace TRACE`) one token per
         forward pass with the recurrent cache, take each pass's argmax, and compare it
         with the token inband's engine chose. Prints JSON.
     chip_in_transformers.py decode-speed SPLICED_DIR TRACE N

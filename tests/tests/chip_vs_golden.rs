@@ -6,7 +6,8 @@
 use std::path::Path;
 use std::sync::OnceLock;
 
-use inband_chip::rv32im::machine::{boot_tokens_with, ChipMachine, PassCause, RunCounts};
+use inband_chip::rv32im::load::BootLoader;
+use inband_chip::rv32im::machine::{boot_tokens, boot_tokens_with, ChipMachine, PassCause, RunCounts};
 use inband_chip::{ChipModel, ChipRunner, ChipToken, MathPath, PassEngine};
 use inband_firmware::{load_elf, Flavor, ProgramImage};
 use inband_golden::{Environment, Machine, RunEnd};
@@ -34,7 +35,7 @@ fn image_of(source: &Path) -> ProgramImage {
 /// Runs `image` on the chip in lockstep with golden; returns how it ended and the counts.
 fn lockstep(name: &str, image: &ProgramImage, budget: u64) -> (RunEnd, RunCounts, Vec<u8>) {
     let mut golden = Machine::new(image, Environment::BareMetal);
-    let mut machine = ChipMachine::boot(chip(), image).unwrap();
+    let mut machine = ChipMachine::load(chip(), image).unwrap();
     let end = machine
         .run(budget, Some(&mut golden))
         .unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -171,6 +172,46 @@ fn chip_size_and_capacity() {
     assert_eq!((RAM_BANKS * rows * LINE_WORDS * 4) as u32, RAM_SIZE);
     const { assert!(RAM_SIZE >= 256 * 1024) };
     assert_eq!(chip().manifest.rv32im.as_ref().unwrap().ram_banks.len(), RAM_BANKS);
+}
+
+/// Boot by loading state (the runs of every other test here start from it) leaves every
+/// GDN row and every conv state of every chip layer bit for bit as the prefill boot
+/// does, for every example and ISA test, and the first pass after it consumes the same
+/// token: so the runs after it are the prefill's runs.
+#[test]
+fn loaded_boot_is_the_prefill_boot() {
+    let mut loader = BootLoader::new(chip()).unwrap();
+    let map = chip().manifest.rv32im.as_ref().unwrap();
+    for source in corpus() {
+        let name = program_name(&source);
+        let image = image_of(&source);
+        let mut tokens = boot_tokens(&image, map).unwrap();
+        let entry = tokens.pop().unwrap();
+        let mut prefilled = ChipRunner::new(chip()).unwrap();
+        prefilled.passes(&tokens, tokens.len(), &[]).unwrap();
+        let start = std::time::Instant::now();
+        let plan = loader.plan(&image).unwrap();
+        let mut loaded = ChipRunner::new(chip()).unwrap();
+        loaded.load_state(&plan.rows).unwrap();
+        loaded.passes(&plan.tail, plan.tail.len(), &[]).unwrap();
+        eprintln!(
+            "{name}: {} prefill passes; loaded {} rows and ran {} passes in {:.1} ms",
+            tokens.len(),
+            plan.rows.len(),
+            plan.tail.len(),
+            start.elapsed().as_secs_f64() * 1e3
+        );
+        assert_eq!(plan.entry, entry, "{name}");
+        let (a, b) = (prefilled.states().unwrap(), loaded.states().unwrap());
+        for (layer, (x, y)) in a.iter().zip(b).enumerate() {
+            let same = |p: &[f32], q: &[f32]| p.iter().zip(q).all(|(u, v)| u.to_bits() == v.to_bits());
+            assert!(
+                same(&x.recurrent, &y.recurrent),
+                "{name}: layer {layer}'s GDN state differs"
+            );
+            assert!(same(&x.conv, &y.conv), "{name}: layer {layer}'s conv state differs");
+        }
+    }
 }
 
 /// Boot leaves out staging tokens whose values are already staged: every GDN row of

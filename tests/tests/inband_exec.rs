@@ -58,6 +58,7 @@ fn code_regions_run_in_the_chip_and_qwen_state_is_untouched() {
         limits: inband_host_runtime::vm::Limits::instructions(100_000),
         max_output: 2048,
         report: false,
+        resident: Default::default(),
     };
     let prompt = model.encode("Question: what is 847 times 293?").unwrap();
     let forced = model.encode_forced(FORCED).unwrap();

@@ -37,6 +37,7 @@ fn executor(limits: Limits) -> Executor<'static> {
         limits,
         max_output: 256,
         report: false,
+        resident: Default::default(),
     }
 }
 
@@ -184,6 +185,7 @@ fn a_trace_that_cannot_be_written_says_so() {
         chip(),
         Device::Cpu,
         &image,
+        inband_host_runtime::vm::Boot::Load,
         Limits::instructions(1000),
         false,
         Some(&trace),
@@ -197,4 +199,37 @@ fn a_trace_that_cannot_be_written_says_so() {
         "{text}"
     );
     assert!(!text.contains("layer math"), "{text}");
+}
+
+/// The chip's engine stays resident across regions: a region after a trapping one and
+/// after one that filled memory and exited with an error runs exactly as it does in a
+/// fresh process (same text, same instruction and pass counts).
+#[test]
+fn a_resident_engine_starts_every_region_fresh() {
+    let limits = Limits::instructions(200_000);
+    let trapping = program("int main(void) { *(volatile int *)0x100 = 1; return 0; }");
+    let filling = program(
+        "static volatile unsigned char buf[256];\n\
+         int main(void) { for (int i = 0; i < 256; i++) buf[i] = 0x5a ^ i; return 7; }",
+    );
+    let probe = program(
+        "static unsigned char buf[256];\n\
+         int main(void) { unsigned s = 0; for (int i = 0; i < 256; i++) s += buf[i]; printf(\"%u\\n\", s); return 0; }",
+    );
+    let expression = Region::Expression("847 * 293".into());
+    let resident = executor(limits);
+    let first = resident.execute(&trapping);
+    assert!(first.injected.contains("error:"), "{}", first.injected);
+    let second = resident.execute(&filling);
+    assert!(second.injected.contains("exit code 7"), "{}", second.injected);
+    for region in [&probe, &expression] {
+        let after = resident.execute(region);
+        let fresh = executor(limits).execute(region);
+        assert_eq!(after.injected, fresh.injected);
+        assert_eq!(
+            (after.instructions, after.forward_passes),
+            (fresh.instructions, fresh.forward_passes)
+        );
+    }
+    assert_eq!(resident.execute(&expression).injected, " = 248171");
 }

@@ -18,11 +18,40 @@ pub trait PassEngine {
     fn passes(&mut self, inputs: &[ChipToken], max: usize, stop_kinds: &[usize]) -> anyhow::Result<Vec<ChipToken>>;
     /// One GDN memory row (`dv` entries): key row `row` of value head `head` of chip layer `layer`.
     fn memory_row(&self, layer: usize, head: usize, row: usize) -> anyhow::Result<Vec<f32>>;
+    /// Makes the machine fresh (every GDN state and conv state zero) and writes `rows`
+    /// into its GDN memories: boot by loading state (see [`crate::rv32im::load`]).
+    fn load_state(&mut self, rows: &[MemoryRow]) -> anyhow::Result<()>;
     /// How many passes to run ahead of the host when nothing is being verified (1: none;
     /// then a run that stops at its instruction budget can be continued exactly).
     fn lookahead(&self) -> usize {
         1
     }
+}
+
+/// An engine lent out (to a machine that owns its engine for one run) stays the lender's.
+impl<E: PassEngine + ?Sized> PassEngine for &mut E {
+    fn passes(&mut self, inputs: &[ChipToken], max: usize, stop_kinds: &[usize]) -> anyhow::Result<Vec<ChipToken>> {
+        (**self).passes(inputs, max, stop_kinds)
+    }
+    fn memory_row(&self, layer: usize, head: usize, row: usize) -> anyhow::Result<Vec<f32>> {
+        (**self).memory_row(layer, head, row)
+    }
+    fn load_state(&mut self, rows: &[MemoryRow]) -> anyhow::Result<()> {
+        (**self).load_state(rows)
+    }
+    fn lookahead(&self) -> usize {
+        (**self).lookahead()
+    }
+}
+
+/// One GDN memory row: the `dv` entries key row `row` of value head `head` of chip
+/// layer `layer` holds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MemoryRow {
+    pub layer: usize,
+    pub head: usize,
+    pub row: usize,
+    pub values: Vec<f32>,
 }
 
 /// Which implementation of the layer math runs the chip.
@@ -166,6 +195,42 @@ impl<'a> ChipRunner<'a> {
             },
         }
     }
+
+    /// Machine 0's GDN states, one per layer (None on the dense path).
+    pub fn states(&self) -> Option<&[GdnState]> {
+        match &self.engine {
+            Engine::Sparse { states, .. } => Some(&states[0]),
+            Engine::Dense { .. } => None,
+        }
+    }
+
+    /// Every machine fresh, then `rows` written into machine 0's memories.
+    pub fn load_state(&mut self, rows: &[MemoryRow]) -> anyhow::Result<()> {
+        let c = &self.model.config;
+        let (dk, dv) = (c.linear_key_head_dim, c.linear_value_head_dim);
+        let Engine::Sparse { states, .. } = &mut self.engine else {
+            anyhow::bail!("boot by loading state needs the sparse path of the layer math")
+        };
+        for machine in states.iter_mut() {
+            for state in machine.iter_mut() {
+                state.conv.fill(0.0);
+                state.recurrent.fill(0.0);
+            }
+        }
+        for r in rows {
+            anyhow::ensure!(
+                r.layer < states[0].len() && r.head < c.linear_num_value_heads && r.row < dk && r.values.len() == dv,
+                "memory row {} of head {} of layer {} is outside the chip",
+                r.row,
+                r.head,
+                r.layer
+            );
+            let at = (r.head * dk + r.row) * dv;
+            states[0][r.layer].recurrent[at..at + dv].copy_from_slice(&r.values);
+        }
+        self.hidden.clear();
+        Ok(())
+    }
 }
 
 impl PassEngine for ChipRunner<'_> {
@@ -190,5 +255,9 @@ impl PassEngine for ChipRunner<'_> {
 
     fn memory_row(&self, layer: usize, head: usize, row: usize) -> anyhow::Result<Vec<f32>> {
         ChipRunner::memory_row(self, layer, head, row)
+    }
+
+    fn load_state(&mut self, rows: &[MemoryRow]) -> anyhow::Result<()> {
+        ChipRunner::load_state(self, rows)
     }
 }

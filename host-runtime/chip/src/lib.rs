@@ -32,6 +32,6 @@ pub mod staging;
 pub mod tensor_files;
 pub mod token;
 
-pub use engine::{ChipRunner, MathPath, PassEngine};
+pub use engine::{ChipRunner, MathPath, MemoryRow, PassEngine};
 pub use model::{ChipLayers, ChipModel, ChipSpec};
 pub use token::{ChipToken, FieldDef, KindDef, TokenSpec};

@@ -22,7 +22,7 @@ pub struct KindDef {
 }
 
 /// A decoded chip token.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ChipToken {
     pub kind: usize,
     /// Values of the kind's fields, in the kind's order.

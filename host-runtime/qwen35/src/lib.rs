@@ -13,6 +13,7 @@
 //! - [`dense`]: every layer type on candle tensors (CPU; CUDA with candle's feature);
 //! - [`sparse`]: GDN layers on CSR matrices, skipping what provably contributes nothing.
 
+pub mod active;
 pub mod checkpoint;
 pub mod config;
 pub mod dense;

@@ -320,6 +320,18 @@ impl SparseLayer {
         .sum()
     }
 
+    /// Conv channel `ch`'s output before its SiLU: its taps over the K-1 cached raw
+    /// inputs (`conv_state`, oldest first) and this token's `mixed`.
+    pub(crate) fn conv_input(&self, ch: usize, conv_state: &[f32], mixed: f32) -> f32 {
+        let (conv_dim, k) = (self.config.conv_dim(), self.config.linear_conv_kernel_dim);
+        let w = &self.conv[ch * k..(ch + 1) * k];
+        let mut u = 0.0f32;
+        for (j, wj) in w.iter().enumerate().take(k - 1) {
+            u += wj * conv_state[j * conv_dim + ch];
+        }
+        u + w[k - 1] * mixed
+    }
+
     fn rms_norm(&self, x: &[f32], gain: &[f32], out: &mut [f32]) {
         let eps = self.config.rms_norm_eps as f32;
         let inv = rsqrt(scalar::sum_of_squares(x) / x.len() as f32 + eps);
@@ -330,6 +342,18 @@ impl SparseLayer {
 
     /// Runs one token through the layer, updating `hidden` ([H]) and `state` in place.
     pub fn step(&self, hidden: &mut [f32], state: &mut GdnState, scratch: &mut Scratch) {
+        self.step_with(hidden, state, scratch, &mut RowProducts);
+    }
+
+    /// [`Self::step`] with the matrix products computed by `products` (the math around
+    /// them, and so every rounding, is this one function's).
+    pub(crate) fn step_with(
+        &self,
+        hidden: &mut [f32],
+        state: &mut GdnState,
+        scratch: &mut Scratch,
+        products: &mut impl Products,
+    ) {
         let c = &self.config;
         let (h, conv_dim, k) = (c.hidden_size, c.conv_dim(), c.linear_conv_kernel_dim);
         let (hk, hv, dk, dv) = (
@@ -349,21 +373,10 @@ impl SparseLayer {
         self.rms_norm(hidden, &self.input_gain, &mut scratch.xn);
         let xn = &scratch.xn;
         // Only channels with a conv tap are ever read (from this token or the cached ones).
-        for &ch in &self.live_channels {
-            scratch.mixed[ch] = self.qkv.row_dot(ch, xn, order);
-        }
+        products.qkv(self, xn, &mut scratch.mixed);
 
         // Causal depthwise conv over [K-1 cached raw inputs, this input], then SiLU.
-        scratch.y.fill(0.0);
-        for &ch in &self.live_channels {
-            let w = &self.conv[ch * k..(ch + 1) * k];
-            let mut u = 0.0f32;
-            for (j, wj) in w.iter().enumerate().take(k - 1) {
-                u += wj * state.conv[j * conv_dim + ch];
-            }
-            u += w[k - 1] * scratch.mixed[ch];
-            scratch.y[ch] = silu(u);
-        }
+        products.conv(self, &state.conv, &scratch.mixed, &mut scratch.y);
         state.conv.copy_within(conv_dim.., 0);
         let newest = (k - 2) * conv_dim;
         state.conv[newest..newest + conv_dim].copy_from_slice(&scratch.mixed);
@@ -407,9 +420,7 @@ impl SparseLayer {
             let decay = scalar::gdn_decay(self.a_log[head], self.a.row_dot(head, xn, order), self.dt_bias[head]);
             let s = &mut state.recurrent[head * dk * dv..(head + 1) * dk * dv];
             if decay != 1.0 {
-                for v in s.iter_mut() {
-                    *v *= decay;
-                }
+                products.decay(head, s, decay);
             }
             if beta != 0.0 {
                 let key = nonzero(&k_all[key_head * dk..(key_head + 1) * dk]);
@@ -422,6 +433,7 @@ impl SparseLayer {
                     *d = (value[e] - mem) * beta;
                 }
                 for (row, kv) in &key {
+                    products.wrote(head, *row);
                     let r = &mut s[row * dv..(row + 1) * dv];
                     for (x, d) in r.iter_mut().zip(&delta) {
                         *x += kv * d;
@@ -444,30 +456,84 @@ impl SparseLayer {
             let eps = c.rms_norm_eps as f32;
             let inv = rsqrt(scalar::sum_of_squares(out) / dv as f32 + eps);
             for (e, o) in out.iter_mut().enumerate() {
-                let zv = self.z.row_dot(head * dv + e, xn, order);
-                *o = (self.norm[e] * (*o * inv)) * silu(zv);
+                *o = (self.norm[e] * (*o * inv)) * products.silu_z(self, xn, head * dv + e);
             }
         }
 
         // out_proj, then the residual.
-        for (r, hid) in hidden.iter_mut().enumerate() {
-            if !self.out_proj.row_is_empty(r) {
-                *hid += self.out_proj.row_dot(r, &scratch.head_out, order);
-            }
-        }
+        products.out_proj(self, &scratch.head_out, hidden);
 
         // MLP.
         self.rms_norm(hidden, &self.post_gain, &mut scratch.xn);
         scratch.neurons.clear();
         scratch.neurons.resize(self.gate.rows, 0.0);
-        for &n in &self.live_neurons {
-            let g = self.gate.row_dot(n, &scratch.xn, order);
-            let u = self.up.row_dot(n, &scratch.xn, order);
-            scratch.neurons[n] = silu(g) * u;
+        products.mlp(self, &scratch.xn, &mut scratch.neurons, hidden);
+    }
+}
+
+/// The matrix products of a step. Every implementation computes each row's dot
+/// product as [`SparseMatrix::row_dot`] does, bit for bit.
+pub(crate) trait Products {
+    /// `mixed[ch]` = qkv row `ch` · `xn`, for every live conv channel.
+    fn qkv(&mut self, layer: &SparseLayer, xn: &[f32], mixed: &mut [f32]);
+    /// `y[ch]` = silu of conv channel `ch` over [the K-1 cached raw inputs in
+    /// `conv_state`, `mixed[ch]`] for every live channel, 0 elsewhere.
+    fn conv(&mut self, layer: &SparseLayer, conv_state: &[f32], mixed: &[f32], y: &mut [f32]);
+    /// silu(z row `r` · `xn`) (the same `xn` as the last [`Self::qkv`]).
+    fn silu_z(&mut self, layer: &SparseLayer, xn: &[f32], r: usize) -> f32;
+    /// `hidden[r]` += out_proj row `r` · `head_out`, for every nonempty row.
+    fn out_proj(&mut self, layer: &SparseLayer, head_out: &[f32], hidden: &mut [f32]);
+    /// `neurons[n]` = silu(gate row n · `xn`) · (up row n · `xn`) for every live neuron,
+    /// then `hidden[r]` += down row `r` · `neurons` for every nonempty row.
+    fn mlp(&mut self, layer: &SparseLayer, xn: &[f32], neurons: &mut [f32], hidden: &mut [f32]);
+    /// Multiplies value head `head`'s GDN state `s` by `decay` (not 1).
+    fn decay(&mut self, _head: usize, s: &mut [f32], decay: f32) {
+        for v in s.iter_mut() {
+            *v *= decay;
+        }
+    }
+    /// The step wrote GDN state row `row` of value head `head`.
+    fn wrote(&mut self, _head: usize, _row: usize) {}
+}
+
+/// Products row by row (CSR dot products in the layer's [`SumOrder`]).
+pub(crate) struct RowProducts;
+
+impl Products for RowProducts {
+    fn qkv(&mut self, l: &SparseLayer, xn: &[f32], mixed: &mut [f32]) {
+        for &ch in &l.live_channels {
+            mixed[ch] = l.qkv.row_dot(ch, xn, l.order);
+        }
+    }
+
+    fn conv(&mut self, l: &SparseLayer, conv_state: &[f32], mixed: &[f32], y: &mut [f32]) {
+        y.fill(0.0);
+        for &ch in &l.live_channels {
+            y[ch] = silu(l.conv_input(ch, conv_state, mixed[ch]));
+        }
+    }
+
+    fn silu_z(&mut self, l: &SparseLayer, xn: &[f32], r: usize) -> f32 {
+        silu(l.z.row_dot(r, xn, l.order))
+    }
+
+    fn out_proj(&mut self, l: &SparseLayer, head_out: &[f32], hidden: &mut [f32]) {
+        for (r, hid) in hidden.iter_mut().enumerate() {
+            if !l.out_proj.row_is_empty(r) {
+                *hid += l.out_proj.row_dot(r, head_out, l.order);
+            }
+        }
+    }
+
+    fn mlp(&mut self, l: &SparseLayer, xn: &[f32], neurons: &mut [f32], hidden: &mut [f32]) {
+        for &n in &l.live_neurons {
+            let g = l.gate.row_dot(n, xn, l.order);
+            let u = l.up.row_dot(n, xn, l.order);
+            neurons[n] = silu(g) * u;
         }
         for (r, hid) in hidden.iter_mut().enumerate() {
-            if !self.down.row_is_empty(r) {
-                *hid += self.down.row_dot(r, &scratch.neurons, order);
+            if !l.down.row_is_empty(r) {
+                *hid += l.down.row_dot(r, neurons, l.order);
             }
         }
     }

@@ -2,6 +2,7 @@
 //! gives the same results as one long prefill.
 
 use candle_core::{Device, Tensor};
+use inband_qwen35::active::ActiveLayer;
 use inband_qwen35::dense::{DenseLayer, DenseState};
 use inband_qwen35::sparse::{GdnState, Scratch, SparseLayer, SumOrder};
 use inband_qwen35::weights::Mixer;
@@ -170,4 +171,41 @@ fn silent_heads_leave_the_state_bit_for_bit() {
         sparse.step(&mut x, &mut state, &mut scratch);
     }
     assert_eq!(state.recurrent, before);
+}
+
+/// The activation-sparse step (only nonzero inputs' columns, the prefix columns' fold
+/// kept while they repeat) leaves the hidden state, the GDN state and the conv state bit
+/// for bit as the row-by-row step, on random layers and mostly-zero inputs whose prefix
+/// repeats, changes now and then, and whose other dims come and go.
+#[test]
+fn active_steps_are_the_row_steps_bit_for_bit() {
+    let c = tiny_config();
+    let prefix = 4;
+    for (seed, density) in [(5u64, 1.0), (6, 0.3), (7, 0.05)] {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let mut layer = DecoderLayer::zeros(LayerType::LinearAttention, &c);
+        randomize(&mut layer, &mut rng, density);
+        let sparse = SparseLayer::new(&layer, &c).unwrap();
+        let mut active = ActiveLayer::new(&sparse, prefix).unwrap();
+        let (mut rows, mut fast) = (GdnState::new(&c), GdnState::new(&c));
+        let (mut s1, mut s2) = (Scratch::default(), Scratch::default());
+        for step in 0..60 {
+            let mut x = vec![0.0f32; c.hidden_size];
+            for (i, v) in x.iter_mut().take(prefix).enumerate() {
+                *v = if step % 11 == 4 { 2.5 } else { 1.0 + i as f32 };
+            }
+            for _ in 0..rng.random_range(0..6) {
+                let d = rng.random_range(prefix..c.hidden_size);
+                x[d] = rng.random_range(-3.0..3.0);
+            }
+            let mut y = x.clone();
+            sparse.step(&mut x, &mut rows, &mut s1);
+            active.step(&sparse, &mut y, &mut fast, &mut s2);
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            let at = format!("density {density}, step {step}");
+            assert_eq!(bits(&x), bits(&y), "hidden, {at}");
+            assert_eq!(bits(&rows.recurrent), bits(&fast.recurrent), "GDN state, {at}");
+            assert_eq!(bits(&rows.conv), bits(&fast.conv), "conv state, {at}");
+        }
+    }
 }

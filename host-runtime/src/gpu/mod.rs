@@ -17,7 +17,7 @@ use cudarc::driver::{
     CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg,
 };
 use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
-use inband_chip::{ChipLayers, ChipModel, ChipSpec, ChipToken, PassEngine};
+use inband_chip::{ChipLayers, ChipModel, ChipSpec, ChipToken, MemoryRow, PassEngine};
 use inband_qwen35::sparse::SparseLayer;
 
 use crate::vm::CudaKernel as Kernel;
@@ -166,6 +166,7 @@ pub struct GpuChip {
     tokens: inband_chip::TokenSpec,
     /// Where each layer's recurrent state starts in S, and its (dk, dv).
     recurrent: Vec<u32>,
+    hv: usize,
     dk: usize,
     dv: usize,
 }
@@ -367,6 +368,7 @@ impl GpuChip {
             shared_bytes,
             tokens: spec.tokens.clone(),
             recurrent: tables.recurrent,
+            hv,
             dk,
             dv,
         })
@@ -451,6 +453,38 @@ impl PassEngine for GpuChip {
     fn memory_row(&self, layer: usize, head: usize, row: usize) -> anyhow::Result<Vec<f32>> {
         let at = self.recurrent[layer] as usize + (head * self.dk + row) * self.dv;
         Ok(self.stream.clone_dtoh(&self.s.slice(at..at + self.dv))?)
+    }
+
+    fn load_state(&mut self, rows: &[MemoryRow]) -> anyhow::Result<()> {
+        // A fresh machine: all state (GDN rows, conv rings) zero, no passes, no error.
+        self.stream.memset_zeros(&mut self.s)?;
+        self.stream.memset_zeros(&mut self.ctl)?;
+        // Each layer that holds rows is written whole, in one copy.
+        let layer_floats = self.hv * self.dk * self.dv;
+        let mut layers: Vec<usize> = rows.iter().map(|r| r.layer).collect();
+        layers.dedup();
+        layers.sort_unstable();
+        layers.dedup();
+        for layer in layers {
+            let start = *self
+                .recurrent
+                .get(layer)
+                .context("a memory row outside the chip's layers")? as usize;
+            let mut image = vec![0.0f32; layer_floats];
+            for r in rows.iter().filter(|r| r.layer == layer) {
+                anyhow::ensure!(
+                    r.head < self.hv && r.row < self.dk && r.values.len() == self.dv,
+                    "memory row {} of head {} of layer {layer} is outside the chip",
+                    r.row,
+                    r.head
+                );
+                let at = (r.head * self.dk + r.row) * self.dv;
+                image[at..at + self.dv].copy_from_slice(&r.values);
+            }
+            self.stream
+                .memcpy_htod(&image, &mut self.s.slice_mut(start..start + layer_floats))?;
+        }
+        Ok(())
     }
 
     fn lookahead(&self) -> usize {

@@ -9,6 +9,7 @@ use inband_golden::decode::{decode, Instruction};
 use inband_golden::{Machine, RunEnd, Step, Trap, TrapCause};
 use thiserror::Error;
 
+use super::load::BootLoader;
 use super::low;
 use super::tokens::{kind, nibble, row_digits, row_of, token, CAUSE_EXIT, LINE_WORDS, ROW_PIECES, ROW_SLOTS};
 use super::{Rv32Map, MILLICODE_FIRST_ROW};
@@ -296,36 +297,62 @@ impl<'a> ChipMachine<'a> {
         Self::boot_on(model, Box::new(runner), image)
     }
 
-    /// Boots `image` on any pass engine running `model`'s layers.
+    /// Boots `image` on any pass engine running `model`'s layers: the prefill.
     pub fn boot_on(
         model: &'a ChipModel,
         mut runner: Box<dyn PassEngine + 'a>,
         image: &ProgramImage,
     ) -> Result<Self, ChipError> {
-        let map = model
-            .manifest
-            .rv32im
-            .as_ref()
-            .ok_or_else(|| ChipError::NotRv32im(model.manifest.chip.clone()))?;
-        let mut tokens = boot_tokens(image, map)?;
-        let last = tokens.pop().expect("boot ends with x");
+        let mut tokens = boot_tokens(image, rv32im_map(model)?)?;
+        let entry = tokens.pop().expect("boot ends with x");
         for chunk in tokens.chunks(BOOT_CHUNK) {
             runner.passes(chunk, chunk.len(), &[])?;
         }
+        Self::booted(model, runner, image, entry, tokens.len())
+    }
+
+    /// Boots `image` on the CPU engine by loading state.
+    pub fn load(model: &'a ChipModel, image: &ProgramImage) -> Result<Self, ChipError> {
+        let runner = ChipRunner::new(model)?;
+        Self::load_on(model, Box::new(runner), image, &mut BootLoader::new(model)?)
+    }
+
+    /// Boots `image` on any pass engine by loading the state the prefill would leave
+    /// (computed by `loader`; see [`super::load`]) and running the prefill's last tokens.
+    pub fn load_on(
+        model: &'a ChipModel,
+        mut runner: Box<dyn PassEngine + 'a>,
+        image: &ProgramImage,
+        loader: &mut BootLoader,
+    ) -> Result<Self, ChipError> {
+        let plan = loader.plan(image)?;
+        runner.load_state(&plan.rows)?;
+        runner.passes(&plan.tail, plan.tail.len(), &[])?;
+        Self::booted(model, runner, image, plan.entry, plan.tail.len())
+    }
+
+    /// A machine whose boot ran `boot_passes` passes and whose next pass consumes `entry`.
+    fn booted(
+        model: &'a ChipModel,
+        runner: Box<dyn PassEngine + 'a>,
+        image: &ProgramImage,
+        entry: ChipToken,
+        boot_passes: usize,
+    ) -> Result<Self, ChipError> {
         Ok(Self {
             model,
-            map,
+            map: rv32im_map(model)?,
             runner,
             ahead: Default::default(),
             image: image.clone(),
-            next: last,
+            next: entry,
             base_row: 0,
             in_millicode: false,
             in_fill: false,
             in_flight: None,
             console: Vec::new(),
             counts: RunCounts {
-                boot_passes: tokens.len() as u64,
+                boot_passes: boot_passes as u64,
                 ..Default::default()
             },
         })
@@ -674,6 +701,15 @@ impl<'a> ChipMachine<'a> {
         }
         Ok(words)
     }
+}
+
+/// The chip's RV32IM map (an error for a chip without one).
+pub(crate) fn rv32im_map(model: &ChipModel) -> Result<&Rv32Map, ChipError> {
+    model
+        .manifest
+        .rv32im
+        .as_ref()
+        .ok_or_else(|| ChipError::NotRv32im(model.manifest.chip.clone()))
 }
 
 fn register_diff(golden: &[u32; 32], chip: &[u32; 32]) -> String {

@@ -2,6 +2,7 @@
 //! architectural state lives ([`Rv32Map`], carried in the pack manifest) and the host
 //! protocol that boots programs, feeds tokens back and reads state out ([`machine`]).
 
+pub mod load;
 pub mod machine;
 pub mod tokens;
 
