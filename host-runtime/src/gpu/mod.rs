@@ -462,7 +462,6 @@ impl PassEngine for GpuChip {
         // Each layer that holds rows is written whole, in one copy.
         let layer_floats = self.hv * self.dk * self.dv;
         let mut layers: Vec<usize> = rows.iter().map(|r| r.layer).collect();
-        layers.dedup();
         layers.sort_unstable();
         layers.dedup();
         for layer in layers {
