@@ -241,7 +241,7 @@ fn first_error(message: &str) -> String {
     format!("compile error: {}", line.trim())
 }
 
-impl Executor<'_> {
+impl<'a> Executor<'a> {
     /// Runs `region` and returns the text to inject after it.
     pub fn execute(&self, region: &Region) -> Execution {
         let execution = self.execute_quietly(region);
@@ -334,15 +334,12 @@ impl Executor<'_> {
     /// for them; returns the seconds it took.
     pub fn prepare(&self) -> Result<f64, inband_chip::rv32im::machine::ChipError> {
         let start = Instant::now();
-        let mut resident = self.resident.borrow_mut();
-        if resident.is_none() {
-            *resident = Some(vm::Vm::new(self.chip, self.device)?);
-        }
+        let mut resident = self.resident(&mut 0.0)?;
         // Compiling and booting a first expression compiles the C runtime and teaches
         // the loader the startup code every region shares. A toolchain that fails here
         // is reported by the first region instead.
         if let Ok(image) = self.compile(&expression_program("0")) {
-            resident.as_mut().expect("made above").warm_up(&image)?;
+            resident.warm_up(&image)?;
         }
         Ok(start.elapsed().as_secs_f64())
     }
@@ -354,14 +351,23 @@ impl Executor<'_> {
         console: &mut Vec<u8>,
         execution: &mut Execution,
     ) -> Result<vm::VmRun, inband_chip::rv32im::machine::ChipError> {
+        self.resident(&mut execution.engine_seconds)?
+            .run(image, vm::Boot::Load, self.limits, false, None, console)
+    }
+
+    /// The resident engine, made now if there is none yet (its making's seconds then
+    /// go to `made_in`).
+    fn resident(
+        &self,
+        made_in: &mut f64,
+    ) -> Result<std::cell::RefMut<'_, vm::Vm<'a>>, inband_chip::rv32im::machine::ChipError> {
         let mut resident = self.resident.borrow_mut();
         if resident.is_none() {
             let made = vm::Vm::new(self.chip, self.device)?;
-            execution.engine_seconds = made.engine_seconds;
+            *made_in = made.engine_seconds;
             *resident = Some(made);
         }
-        let machine = resident.as_mut().expect("made above");
-        machine.run(image, vm::Boot::Load, self.limits, false, None, console)
+        Ok(std::cell::RefMut::map(resident, |r| r.as_mut().expect("made above")))
     }
 
     fn compile(&self, source: &str) -> Result<inband_firmware::ProgramImage, String> {

@@ -199,10 +199,7 @@ impl ActiveLayer {
                 .live_channels
                 .iter()
                 .copied()
-                .filter(|&ch| {
-                    let k = layer.config.linear_conv_kernel_dim;
-                    layer.conv[ch * k..(ch + 1) * k - 1].iter().any(|w| *w != 0.0)
-                })
+                .filter(|&ch| layer.has_delayed_taps(ch))
                 .collect(),
             z: Sums::new(&layer.z, &all(&layer.z), prefix),
             z_ready: false,

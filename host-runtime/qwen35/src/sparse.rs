@@ -320,6 +320,12 @@ impl SparseLayer {
         .sum()
     }
 
+    /// Conv channel `ch` reads an earlier token (a nonzero tap before its last).
+    pub fn has_delayed_taps(&self, ch: usize) -> bool {
+        let k = self.config.linear_conv_kernel_dim;
+        self.conv[ch * k..(ch + 1) * k - 1].iter().any(|w| *w != 0.0)
+    }
+
     /// Conv channel `ch`'s output before its SiLU: its taps over the K-1 cached raw
     /// inputs (`conv_state`, oldest first) and this token's `mixed`.
     pub(crate) fn conv_input(&self, ch: usize, conv_state: &[f32], mixed: f32) -> f32 {

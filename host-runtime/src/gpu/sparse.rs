@@ -245,7 +245,7 @@ fn mixer_tables(layer: &SparseLayer, xin: &mut Split, o: &mut LayerOffsets, f: &
     for &ch in &layer.live_channels {
         let w = &layer.conv[ch * k..(ch + 1) * k];
         let bias = xin.bias[ch];
-        let has_delayed = w[..k - 1].iter().any(|t| *t != 0.0);
+        let has_delayed = layer.has_delayed_taps(ch);
         channel[4 * ch..4 * ch + 4].copy_from_slice(&[
             silu(0.0 + w[k - 1] * bias),
             w[k - 1],

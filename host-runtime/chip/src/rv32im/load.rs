@@ -175,12 +175,9 @@ impl<'a> BootLoader<'a> {
                     "the chip's rv32im map names a memory it does not place"
                 ))
             })?;
-        let k = model.config.linear_conv_kernel_dim;
-        let keep_staged = layers[..=staging_top].iter().all(|l| {
-            l.live_channels
-                .iter()
-                .all(|&ch| l.conv[ch * k..(ch + 1) * k - 1].iter().all(|w| *w == 0.0))
-        });
+        let keep_staged = layers[..=staging_top]
+            .iter()
+            .all(|l| l.live_channels.iter().all(|&ch| !l.has_delayed_taps(ch)));
         // The anchors come first among the chip's dims, nonzero on every pass.
         let spec = &model.spec;
         let prefix = spec.hidden + spec.anchors.iter().map(|(d, _)| d + 1).max().unwrap_or(0);
