@@ -7,6 +7,8 @@
 # Sections (default: all, in this order), each step skipped once SECONDS (default 540)
 # are spent; everything lands in $OUT (log, JSON, traces):
 #   checkpoint    a spliced 0.8b-shape checkpoint: synth, weightgen, splice
+#   pack          only the 0.8b chip pack (weightgen, ~20 s; for kernel work): the
+#                 sections after it run the chip from the pack where no checkpoint is made
 #   trace         hello, strings and int64 inside it on CUDA, with each kernel (sparse,
 #                 reference), booted by prefill and by loading state; their chip token
 #                 streams compared with the CPU engine's (.gpu/trace, made by build-gpu.sh)
@@ -78,13 +80,20 @@ vs_golden() { # vs_golden PROGRAM TIMEOUT: runs PROGRAM in the spliced checkpoin
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader >>"$LOG" 2>&1
 SECTIONS=("${@:2}")
 [ ${#SECTIONS[@]} -eq 0 ] && SECTIONS=(checkpoint trace transformers text generate speed bench verify examples)
+# The chip the sections run: the spliced checkpoint's, else the pack's (see chip_args).
 M=(--engine chip --model "$W/spliced" --device cuda)
+chip_args() {
+    if [ ! -f "$W/spliced/config.json" ] && [ -f "$W/pack/manifest.json" ]; then
+        M=(--engine chip --chip "$W/pack" --device cuda)
+    fi
+}
 # The carried RISC-V compiler (scripts/build-gpu.sh) for in-band execution.
 export INBAND_TOOLCHAIN=$PWD/.gpu/toolchain LD_LIBRARY_PATH=$PWD/.gpu/toolchain/so${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 PROMPT="The computer inside the model says"
 
 for section in "${SECTIONS[@]}"; do
     echo "=== section $section" >>"$LOG"
+    chip_args
     case $section in
     checkpoint)
         # A warm machine keeps $W between calls: reuse a checkpoint an earlier call finished.
@@ -96,6 +105,9 @@ for section in "${SECTIONS[@]}"; do
         step 120 $B/weightgen --shape 0.8b --out "$W/pack"
         step 120 $B/weight-surgery splice --base "$W/base" --chip "$W/pack" --out "$W/spliced"
         step 60 $B/weight-surgery inspect "$W/spliced"
+        ;;
+    pack)
+        [ -f "$W/pack/manifest.json" ] || step 120 $B/weightgen --shape 0.8b --out "$W/pack"
         ;;
     trace)
         # Each CUDA kernel's chip token streams vs the CPU engine's (.gpu/trace, made by build-gpu.sh).

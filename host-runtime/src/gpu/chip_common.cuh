@@ -9,12 +9,16 @@
 #define MAX_DV 128
 
 // With -DPROFILE, thread 0 adds up the cycles of each phase (MARK(i) ends phase i; the
-// kernel defines PHASES and the counters prof[PHASES], prof_last) and prints them per pass.
+// kernel defines PHASES and the counters prof, prof_last, and may define PROF_SLOT(i),
+// the counter phase i adds to) and prints them per pass.
+#ifndef PROF_SLOT
+#define PROF_SLOT(i) (i)
+#endif
 #ifdef PROFILE
 #define MARK(i)                                                                                                        \
     if (threadIdx.x == 0) {                                                                                            \
         long long t_ = clock64();                                                                                      \
-        prof[i] += t_ - prof_last;                                                                                     \
+        prof[PROF_SLOT(i)] += t_ - prof_last;                                                                          \
         prof_last = t_;                                                                                                \
     }
 #else

@@ -7,8 +7,10 @@
 //     input RMSNorm's factor that the anchors pin (the kernel checks the pin on every
 //     norm: a non-anchor square of half an ulp of the anchors' sum or more stops the run
 //     with an error instead of computing with the wrong factor);
-//   - the residual's other nonzeros are listed (a block-wide compaction), and each one's
-//     column of weights (CSC) is added into the rows it feeds;
+//   - the residual's other dims are listed as they are written (the embedding's one-hots,
+//     every out_proj and down entry added), so only listed dims can be nonzero and no
+//     pass scans the residual; each nonzero listed dim's column of weights (CSC) is added
+//     into the rows it feeds, the columns cut into 32-entry chunks spread over the warps;
 //   - rows are read where they are used, as bias + scattered sum: a conv channel no signal
 //     reached outputs its precomputed constant (only channels with delayed taps keep a
 //     conv state); a head whose q and k nothing reached, with decay 1, does nothing; a
@@ -18,21 +20,24 @@
 // checked against the CPU engine's.
 //
 // A value head's work (its q/k normalisation, delta rule, read, gated norm and its
-// out_proj columns) is one warp's, with no block barrier; a SwiGLU neuron that fires adds
-// its down column into the residual from the thread that computed it. A layer's block
-// barriers: the residual listed (two), the input projections summed, the delayed conv
-// done (where a layer has one), the heads done, the residual listed again (two), the
-// MLP's inputs summed, the MLP done.
+// out_proj columns) is one warp's, with no block barrier, its table loads issued together
+// (each dependent global load costs ~2 k cycles here); a SwiGLU neuron that fires adds its
+// down column into the residual from the thread that computed it. A layer's block
+// barriers: the input projections summed, the delayed conv done (where a layer has one),
+// the heads done, the MLP's inputs summed, the MLP done.
+//
+// Measured, not kept: the heads and the scatter as calls instead of inlined (smaller code,
+// but slower: 7,300 and 7,800 passes/s against 8,600).
+
+// The phases of the -DPROFILE cycle counts, per layer (MARK in chip_common.cuh, indexed
+// by the layer l being run).
+#define PHASES 8
+#define MAX_LAYERS 16
+// Phase i's cycles go to the layer l being run (the last row: embedding and token choice).
+#define PROF_SLOT(i) (l * PHASES + (i))
 
 #include "chip_common.cuh"
 
-// The phases of the -DPROFILE cycle counts (MARK in chip_common.cuh).
-#define PHASES 10
-
-// Residual dims one thread scans when listing the nonzeros (the host sets it from the width).
-#ifndef SCAN_PER_THREAD
-#define SCAN_PER_THREAD 4
-#endif
 
 // One matrix in compressed sparse columns, without the anchors' columns: column c's
 // entries are E[I[start + c] .. I[start + c + 1]), each (row, weight bits).
@@ -64,136 +69,155 @@ struct Layer {
 #define ERR_NORM_UNPINNED 1u
 #define ERR_TOO_MANY_NONZEROS 2u
 
-// Nonzero residual dims a norm may list (a pass has about 30); the list's space also
-// holds the warps' staged keys and queries while the heads run.
+// Residual dims a pass may list (a pass has about 30 nonzero).
 #define NZ_CAP 2048
-static_assert(WARPS * MAX_DV <= 2 * NZ_CAP, "the staged keys and queries fit in the list's space");
 
 // The kernel runs more code per pass than the SM's instruction cache holds if every
 // helper is inlined at every use: phases that are cheap in instructions then wait on
 // instruction fetches (measured: the token choice took 76 k cycles a pass, 5 k after).
-// So the pure-arithmetic helpers (silu, the row loops) are calls, one copy each.
+// So the pure-arithmetic helper silu is a call, one copy.
 __device__ __noinline__ float silu_call(float x) { return silu_f(x); }
 
 // The helpers that load memory are inlined: their loads issue together with the caller's,
 // where a call would wait for each (measured: 15 % slower as calls).
 #define HELPER __forceinline__
 
-// Marks residual dim r as possibly nonzero (the next embedding clears only marked dims).
-__device__ __forceinline__ void mark(unsigned *dirty, unsigned r) { atomicOr(dirty + r / 32, 1u << (r % 32)); }
+#define FULL 0xffffffffu
 
-// Lists the residual's nonzero dims past the anchors into (cols, vals), vals the normed
-// input x * norm_inv; returns how many. Also checks the pin: every non-anchor square below
-// half an ulp of the anchors' sum. All threads scan the residual (two block barriers):
-// measured faster than warp 0 listing from the bitmap of dims that may be nonzero.
-__device__ HELPER unsigned list_nonzeros(const float *x, const Dims &d, unsigned *cols, float *vals, unsigned *flag) {
-    __shared__ unsigned warp_count[WARPS];
-    unsigned w = threadIdx.x / 32, lane = threadIdx.x % 32;
-    unsigned anchors_end = d.chip_base + d.anchors;
-    unsigned masks[SCAN_PER_THREAD];
-    float v[SCAN_PER_THREAD];
-    float worst = 0.0f;
-    unsigned mine = 0;
-#pragma unroll
-    for (unsigned j = 0; j < SCAN_PER_THREAD; j++) {
-        unsigned i = (j * WARPS + w) * 32 + lane;
-        v[j] = i < d.width ? x[i] : 0.0f;
-        bool anchor = i >= d.chip_base && i < anchors_end;
-        if (!anchor) worst = fmaxf(worst, v[j] * v[j]);
-        masks[j] = __ballot_sync(0xffffffff, v[j] != 0.0f && !anchor);
-        mine += __popc(masks[j]);
-    }
-    worst = warp_max(worst);
-    if (lane == 0) {
-        warp_count[w] = mine;
-        if (!(worst + worst < d.anchor_ulp)) *flag = ERR_NORM_UNPINNED;
-    }
-    __syncthreads();
-    unsigned before = lane < w ? warp_count[lane] : 0, all = warp_count[lane];
-    for (int o = 16; o > 0; o >>= 1) {
-        before += __shfl_xor_sync(0xffffffff, before, o);
-        all += __shfl_xor_sync(0xffffffff, all, o);
-    }
-#pragma unroll
-    for (unsigned j = 0; j < SCAN_PER_THREAD; j++) {
-        if ((masks[j] >> lane) & 1) {
-            unsigned at = before + __popc(masks[j] & ((1u << lane) - 1));
-            if (at >= NZ_CAP) continue;
-            cols[at] = (j * WARPS + w) * 32 + lane;
-            vals[at] = v[j] * d.norm_inv;
-        }
-        before += __popc(masks[j]);
-    }
-    if (threadIdx.x == 0 && all > NZ_CAP) *flag = ERR_TOO_MANY_NONZEROS;
-    __syncthreads();
-    return min(all, NZ_CAP);
+// The residual's nonzero dims past the anchors are kept as a list, grown as dims are
+// written (no scan of the residual): `dirty` has a bit per dim that is listed.
+struct Listing {
+    unsigned *dirty, *cols, *count, *flag;
+};
+
+// Lists residual dim r (once per pass) before it is written.
+__device__ __forceinline__ void mark(const Listing &z, unsigned r) {
+    unsigned bit = 1u << (r % 32);
+    if (z.dirty[r / 32] & bit) return;
+    if (atomicOr(z.dirty + r / 32, bit) & bit) return;
+    unsigned at = atomicAdd(z.count, 1u);
+    if (at < NZ_CAP) z.cols[at] = r;
+    else *z.flag = ERR_TOO_MANY_NONZEROS;
 }
 
-// out[row] += weight * value for every entry of the listed columns: one warp per column,
-// its lanes over the column's entries.
+// out[row] += weight * x for every entry of the listed dims' columns, x the normed input
+// (dim value times the pinned factor). Each warp takes the list 32 dims at a time, scans
+// their columns' lengths in 32-entry chunks, and takes every WARPS-th chunk: long columns
+// are spread over warps. Also checks the pin: every listed square below half an ulp of
+// the anchors' sum (only listed dims besides the anchors can be nonzero).
 __device__ HELPER void scatter(const Csc &m, const unsigned *__restrict__ I, const uint2 *__restrict__ E,
-                                        const unsigned *cols, const float *vals, unsigned n, float *out) {
+                               const unsigned *cols, unsigned n, const float *hidden, const Dims &d, unsigned *flag,
+                               float *out) {
     unsigned w = threadIdx.x / 32, lane = threadIdx.x % 32;
-    for (unsigned t = w; t < n; t += WARPS) {
-        unsigned c = cols[t];
-        float x = vals[t];
-        unsigned from = __ldg(I + m.start + c), to = __ldg(I + m.start + c + 1);
-#pragma unroll 4
-        for (unsigned k = from + lane; k < to; k += 32) {
-            uint2 e = __ldg(E + k);
-            atomicAdd(out + e.x, __uint_as_float(e.y) * x);
+    for (unsigned round = 0; round < n; round += 4 * 32) {
+        // Four batches' columns looked up together, so their loads overlap.
+        unsigned from[4], len[4];
+        float x[4];
+#pragma unroll
+        for (unsigned b = 0; b < 4; b++) {
+            unsigned t = round + 32 * b + lane;
+            from[b] = len[b] = 0;
+            x[b] = 0.0f;
+            if (t < n) {
+                unsigned c = cols[t];
+                float v = hidden[c];
+                if (!(v * v + v * v < d.anchor_ulp)) *flag = ERR_NORM_UNPINNED;
+                if (v != 0.0f) {
+                    x[b] = v * d.norm_inv;
+                    from[b] = __ldg(I + m.start + c);
+                    len[b] = __ldg(I + m.start + c + 1) - from[b];
+                }
+            }
+        }
+#pragma unroll
+        for (unsigned b = 0; b < 4; b++) {
+            if (round + 32 * b >= n) break;
+            unsigned chunks = (len[b] + 31) / 32, incl = chunks;
+#pragma unroll
+            for (unsigned o = 1; o < 32; o <<= 1) {
+                unsigned y = __shfl_up_sync(FULL, incl, o);
+                if (lane >= o) incl += y;
+            }
+            unsigned total = __shfl_sync(FULL, incl, 31), excl = incl - chunks;
+            for (unsigned g = w; g < total; g += WARPS) {
+                unsigned owner = 31 - __clz(__ballot_sync(FULL, chunks != 0 && excl <= g));
+                unsigned f = __shfl_sync(FULL, from[b], owner), l = __shfl_sync(FULL, len[b], owner);
+                // Lanes take the chunk's entries rotated by the chunk: warps adding into
+                // the same rows at once (columns of one neuron block) then hit different
+                // addresses, which a shared-memory float add (a compare-and-swap loop) needs.
+                unsigned k = (g - __shfl_sync(FULL, excl, owner)) * 32 + ((lane + g) & 31);
+                float xo = __shfl_sync(FULL, x[b], owner);
+                if (k < l) {
+                    uint2 e = __ldg(E + f + k);
+                    atomicAdd(out + e.x, __uint_as_float(e.y) * xo);
+                }
+            }
         }
     }
 }
 
-// The entries of column c of m, each times x, added into the residual (one thread).
+// The entries of column c of m, each times x, added into the residual (one thread; the
+// entries are loaded four at a time so their loads overlap).
 __device__ HELPER void add_column(const Csc &m, const unsigned *__restrict__ I, const uint2 *__restrict__ E,
-                                           unsigned c, float x, float *hidden, unsigned *dirty) {
+                                  unsigned c, float x, float *hidden, const Listing &z) {
     unsigned from = __ldg(I + m.start + c), to = __ldg(I + m.start + c + 1);
-    for (unsigned k = from; k < to; k++) {
-        uint2 e = __ldg(E + k);
-        atomicAdd(hidden + e.x, __uint_as_float(e.y) * x);
-        mark(dirty, e.x);
+    for (unsigned k = from; k < to; k += 4) {
+        uint2 e[4];
+#pragma unroll
+        for (unsigned u = 0; u < 4; u++)
+            if (k + u < to) e[u] = __ldg(E + k + u);
+#pragma unroll
+        for (unsigned u = 0; u < 4; u++)
+            if (k + u < to) {
+                atomicAdd(hidden + e[u].x, __uint_as_float(e[u].y) * x);
+                mark(z, e[u].x);
+            }
     }
-}
-
-// Conv channel c's output: a delayed channel's from the conv phase (y, by its index among
-// the delayed, plus one, in the table's fourth field); otherwise, with no
-// signal reaching it, silu(w3 * bias) (precomputed), else silu(0 + w3 * (sum + bias)),
-// the CPU's fold with its zero taps dropped.
-__device__ HELPER float channel_out(const Layer &L, const float *__restrict__ W, const float *xs,
-                                             const float *y, unsigned c) {
-    float s = xs[c];
-    float4 ch = __ldg((const float4 *)(W + L.channel) + c);
-    if (ch.w != 0.0f) return y[(unsigned)ch.w - 1];
-    if (s == 0.0f) return ch.x;
-    return silu_call(0.0f + ch.y * (s + ch.z));
 }
 
 #define KJ (MAX_DV / 32)
 
-// A warp's key or query (lane + 32 j in v[j]) into its staging row of shared memory.
-__device__ __forceinline__ void stage(const float (&v)[KJ], float *staged) {
+// The conv outputs of channels base + lane + 32 j (j < KJ, lane + 32 j < n; 0 past n): a
+// delayed channel's from the conv phase (y, by its index among the delayed, plus one, in
+// the table's fourth field); otherwise, with no signal reaching it, silu(w3 * bias)
+// (precomputed, the first field), else silu(0 + w3 * (sum + bias)), the CPU's fold with
+// its zero taps dropped. All the table loads are issued before any is used.
+__device__ HELPER void channels_out(const Layer &L, const float *__restrict__ W, const float *xs, const float *y,
+                                    unsigned base, unsigned n, float (&out)[KJ]) {
     unsigned lane = threadIdx.x % 32;
+    const float *ch = W + L.channel;
+    float cx[KJ], cw[KJ], sum[KJ];
 #pragma unroll
-    for (unsigned j = 0; j < KJ; j++) staged[32 * j + lane] = v[j];
-    __syncwarp();
+    for (unsigned j = 0; j < KJ; j++) {
+        unsigned c = base + lane + 32 * j;
+        bool in = lane + 32 * j < n;
+        sum[j] = in ? xs[c] : 0.0f;
+        cx[j] = in ? __ldg(ch + 4 * c) : 0.0f;
+        cw[j] = in ? __ldg(ch + 4 * c + 3) : 0.0f;
+    }
+#pragma unroll
+    for (unsigned j = 0; j < KJ; j++) {
+        unsigned c = base + lane + 32 * j;
+        if (cw[j] != 0.0f) out[j] = y[(unsigned)cw[j] - 1];
+        else if (sum[j] == 0.0f) out[j] = cx[j];
+        else out[j] = silu_call(0.0f + __ldg(ch + 4 * c + 1) * (sum[j] + __ldg(ch + 4 * c + 2)));
+    }
 }
 
-// Over the staged vector's nonzero rows r, in ascending order: the read (WRITE false),
-// acc (value columns lane + 32 jj) += staged[r] * st[r]; or the delta rule's write (WRITE
-// true), st[r] += staged[r] * acc.
+// Over the nonzero rows r of vec (row lane + 32 j in vec[j] of each lane), in ascending
+// order: the read (WRITE false), acc (value columns lane + 32 jj) += vec[r] * st[r]; or
+// the delta rule's write (WRITE true), st[r] += vec[r] * acc.
 template <bool WRITE>
-__device__ __noinline__ void over_rows(float *st, unsigned dv, const float *staged, float (&acc)[KJ]) {
+__device__ __forceinline__ void over_rows(float *st, unsigned dv, const float (&vec)[KJ], float (&acc)[KJ]) {
     unsigned lane = threadIdx.x % 32;
-#pragma unroll 1
+#pragma unroll
     for (unsigned j = 0; j < KJ; j++) {
-        unsigned mask = __ballot_sync(0xffffffff, staged[32 * j + lane] != 0.0f);
+        unsigned mask = __ballot_sync(FULL, vec[j] != 0.0f);
         while (mask) {
-            unsigned r = 32 * j + __ffs(mask) - 1;
+            unsigned b = __ffs(mask) - 1;
             mask &= mask - 1;
-            float kv = staged[r];
-            float *row = st + r * dv;
+            float kv = __shfl_sync(FULL, vec[j], b);
+            float *row = st + (32 * j + b) * dv;
 #pragma unroll
             for (unsigned jj = 0; jj < KJ; jj++) {
                 if (lane + 32 * jj >= dv) continue;
@@ -205,15 +229,35 @@ __device__ __noinline__ void over_rows(float *st, unsigned dv, const float *stag
     __syncwarp();
 }
 
+#ifdef PROFILE
+// Cycles of each stage of the heads warp 0 runs (one per layer), by layer.
+#define HSTAGES 5
+#define HMARK(i)                                                                                                       \
+    if (threadIdx.x == 0) {                                                                                            \
+        long long t_ = clock64();                                                                                      \
+        hprof[i] += t_ - hlast;                                                                                        \
+        hlast = t_;                                                                                                    \
+    }
+#else
+#define HMARK(i)
+#endif
+
 // One value head, by one warp: q/k L2 norms of its key head, decay, delta rule, read,
 // gated RMSNorm with silu(z), and its out_proj columns added into the residual.
 __device__ HELPER void value_head(unsigned entry, const Layer &L, const Dims &d, const unsigned *__restrict__ I,
-                           const uint2 *__restrict__ E, const float *__restrict__ W, float *S, const float *y,
-                           const float *xs, float *hidden, unsigned *dirty, float *staged) {
+                                  const uint2 *__restrict__ E, const float *__restrict__ W, float *S, const float *y,
+                                  const float *xs, float *hidden, const Listing &z
+#ifdef PROFILE
+                                  , long long *hprof
+#endif
+) {
     unsigned lane = threadIdx.x % 32;
     unsigned head = entry & 0xffff;
     bool quiet_unless_reached = (entry >> 16) & 1, no_decay = (entry >> 17) & 1;
     unsigned kh = head / (d.hv / d.hk);
+#ifdef PROFILE
+    long long hlast = clock64();
+#endif
 
     // q and k of the key head, L2-normalised (q also scaled by 1/sqrt(dk)), in registers.
     float q[KJ] = {}, k[KJ] = {};
@@ -223,22 +267,16 @@ __device__ HELPER void value_head(unsigned entry, const Layer &L, const Dims &d,
         unsigned e = lane + 32 * j;
         if (e < d.dk) reached |= xs[kh * d.dk + e] != 0.0f || xs[d.key_dim + kh * d.dk + e] != 0.0f;
     }
-    reached = __any_sync(0xffffffff, reached);
+    reached = __any_sync(FULL, reached);
     // Nothing reaches q or k, and the decay is 1: the head neither writes nor reads.
     if (quiet_unless_reached && !reached && no_decay) return;
     float4 p = __ldg((const float4 *)(W + L.head) + head); // A_log, dt_bias, b and a anchor shares
+    if (!quiet_unless_reached || reached) {
+        channels_out(L, W, xs, y, kh * d.dk, d.dk, q);
+        channels_out(L, W, xs, y, d.key_dim + kh * d.dk, d.dk, k);
+    }
     float b_raw = xs[L.b_at + head] + p.z;
     float a_raw = xs[L.a_at + head] + p.w;
-    if (!quiet_unless_reached || reached) {
-#pragma unroll
-        for (unsigned j = 0; j < KJ; j++) {
-            unsigned e = lane + 32 * j;
-            if (e < d.dk) {
-                q[j] = channel_out(L, W, xs, y, kh * d.dk + e);
-                k[j] = channel_out(L, W, xs, y, d.key_dim + kh * d.dk + e);
-            }
-        }
-    }
     float sq = 0.0f, sk = 0.0f;
 #pragma unroll
     for (unsigned j = 0; j < KJ; j++) {
@@ -247,6 +285,7 @@ __device__ HELPER void value_head(unsigned entry, const Layer &L, const Dims &d,
     }
     sq = warp_sum(sq);
     sk = warp_sum(sk);
+    HMARK(0);
     if (sq != 0.0f) {
         float inv = 1.0f / sqrtf(sq + 1e-6f), qs = sqrtf((float)d.dk);
 #pragma unroll
@@ -259,30 +298,43 @@ __device__ HELPER void value_head(unsigned entry, const Layer &L, const Dims &d,
     }
 
     float beta = sigmoid_f(b_raw);
-    float g = -expf(p.x) * softplus_f(a_raw + p.y);
-    float decay = expf(g);
     float *st = S + L.rec + head * d.dk * d.dv;
-    if (decay != 1.0f) {
-        for (unsigned i = lane; i < d.dk * d.dv; i += 32) st[i] *= decay;
-        __syncwarp();
+    if (!no_decay) {
+        float g = -expf(p.x) * softplus_f(a_raw + p.y);
+        float decay = expf(g);
+        if (decay != 1.0f) {
+            for (unsigned i = lane; i < d.dk * d.dv; i += 32) st[i] *= decay;
+            __syncwarp();
+        }
     }
+    HMARK(1);
     // The delta rule over the key's nonzero rows, in ascending row order.
     if (beta != 0.0f && sk != 0.0f) {
-        float mem[KJ] = {};
-        stage(k, staged);
-        over_rows<false>(st, d.dv, staged, mem);
+        float v[KJ], mem[KJ] = {};
+        channels_out(L, W, xs, y, 2 * d.key_dim + head * d.dv, d.dv, v);
+        over_rows<false>(st, d.dv, k, mem);
 #pragma unroll
-        for (unsigned jj = 0; jj < KJ; jj++) {
-            unsigned e = lane + 32 * jj;
-            if (e < d.dv) mem[jj] = (channel_out(L, W, xs, y, 2 * d.key_dim + head * d.dv + e) - mem[jj]) * beta;
-        }
-        over_rows<true>(st, d.dv, staged, mem);
+        for (unsigned jj = 0; jj < KJ; jj++) mem[jj] = (v[jj] - mem[jj]) * beta;
+        over_rows<true>(st, d.dv, k, mem);
     }
+    HMARK(2);
     if (sq == 0.0f) return; // the head reads nothing: its output and out_proj share are 0
+    // What the gated norm and out_proj need, loaded before the read so the loads overlap.
+    float zz[KJ], gain[KJ];
+    unsigned from[KJ], to[KJ];
+#pragma unroll
+    for (unsigned j = 0; j < KJ; j++) {
+        unsigned e = lane + 32 * j, c = head * d.dv + e;
+        bool in = e < d.dv;
+        zz[j] = in ? xs[L.z_at + c] + __ldg(W + L.z_bias + c) : 0.0f;
+        gain[j] = in ? __ldg(W + L.norm + e) : 0.0f;
+        from[j] = in ? __ldg(I + L.out.start + c) : 0;
+        to[j] = in ? __ldg(I + L.out.start + c + 1) : 0;
+    }
     // The read over the query's nonzero rows, in ascending row order.
     float acc[KJ] = {};
-    stage(q, staged);
-    over_rows<false>(st, d.dv, staged, acc);
+    over_rows<false>(st, d.dv, q, acc);
+    HMARK(3);
     float s = 0.0f;
 #pragma unroll
     for (unsigned j = 0; j < KJ; j++) s += acc[j] * acc[j];
@@ -290,12 +342,16 @@ __device__ HELPER void value_head(unsigned entry, const Layer &L, const Dims &d,
     float inv = 1.0f / sqrtf(s / (float)d.dv + d.eps);
 #pragma unroll
     for (unsigned j = 0; j < KJ; j++) {
-        unsigned e = lane + 32 * j;
-        if (e >= d.dv) continue;
-        float z = xs[L.z_at + head * d.dv + e] + __ldg(W + L.z_bias + head * d.dv + e);
-        float o = (__ldg(W + L.norm + e) * (acc[j] * inv)) * silu_call(z);
-        if (o != 0.0f) add_column(L.out, I, E, head * d.dv + e, o, hidden, dirty);
+        if (lane + 32 * j >= d.dv) continue;
+        float o = (gain[j] * (acc[j] * inv)) * silu_call(zz[j]);
+        if (o == 0.0f) continue;
+        for (unsigned k = from[j]; k < to[j]; k++) {
+            uint2 e = __ldg(E + k);
+            atomicAdd(hidden + e.x, __uint_as_float(e.y) * o);
+            mark(z, e.x);
+        }
     }
+    HMARK(4);
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
@@ -308,16 +364,15 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
     float *y = hidden + d.width;                         // d.delayed: delayed channels' outputs
     float *xs = y + d.delayed;                           // d.scratch: the input projections' rows
     float *gu = xs + d.scratch;                          // d.act: gate and up rows
-    float *nz_vals = gu + d.act;                         // NZ_CAP; while the heads run, the
-    unsigned *nz_cols = (unsigned *)(nz_vals + NZ_CAP);  // NZ_CAP   warps' staged keys and queries
-    float *staging = nz_vals;                            // WARPS * MAX_DV (<= 2 NZ_CAP)
-    unsigned *dirty = nz_cols + NZ_CAP;                  // (width + 31) / 32: dims that may be nonzero
+    unsigned *nz_cols = (unsigned *)(gu + d.act);        // NZ_CAP: the listed dims
+    unsigned *dirty = nz_cols + NZ_CAP;                  // (width + 31) / 32: the listed dims' bits
     Layer *layers = (Layer *)(dirty + (d.width + 31) / 32); // d.layers
-    __shared__ unsigned error_sh, token_sh, kind_sh;
+    __shared__ unsigned error_sh, token_sh, kind_sh, nz_count;
     __shared__ Tokens tk;
+    const Listing z = {dirty, nz_cols, &nz_count, &error_sh};
 
-    // Tables; the residual holds only the anchors, which no layer writes; every other
-    // buffer starts zeroed, and each phase zeroes what it consumed.
+    // Tables; the residual holds only the anchors, which no layer writes (and which are
+    // never listed); every other buffer starts zeroed, and each phase zeroes what it consumed.
     #pragma unroll 1
     for (unsigned i = threadIdx.x; i < d.layers * (unsigned)(sizeof(Layer) / 4); i += THREADS)
         ((unsigned *)layers)[i] = ((const unsigned *)layers_g)[i];
@@ -325,7 +380,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
     #pragma unroll 1
     for (unsigned i = threadIdx.x; i < d.width + d.delayed + d.scratch + d.act; i += THREADS) hidden[i] = 0.0f;
     for (unsigned i = threadIdx.x; i < (d.width + 31) / 32; i += THREADS) dirty[i] = 0;
-    if (threadIdx.x == 0) error_sh = 0;
+    if (threadIdx.x == 0) error_sh = nz_count = 0;
     __syncthreads();
     for (unsigned a = threadIdx.x; a < d.anchors; a += THREADS)
         hidden[d.chip_base + I[d.anchor_dim + a]] = W[d.anchor_value + a];
@@ -335,32 +390,38 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
     unsigned token = state[2];
     unsigned done = 0;
 #ifdef PROFILE
-    long long prof[PHASES] = {0}, prof_last = clock64();
+    // Thread 0's cycles per (layer, phase); the last row: embedding and token choice.
+    long long prof[(MAX_LAYERS + 1) * PHASES] = {0}, prof_last = clock64();
+    long long hprof[MAX_LAYERS * HSTAGES] = {0};
+    unsigned long long listed[2] = {0, 0};
+    unsigned l = MAX_LAYERS;
 #endif
     for (unsigned pass = 0; pass < max_passes; pass++) {
         if (pass < n_inputs) token = inputs[pass];
-        // Embed: clear the last pass's dims (the anchors stay), set the kind's and its
-        // fields' one-hots. Warp 0 alone.
+        // Embed: clear the last pass's listed dims (the anchors stay), list and set the
+        // kind's and its fields' one-hots. Warp 0 alone.
         if (threadIdx.x < 32) {
-            unsigned lane = threadIdx.x;
-            for (unsigned w = lane; w < (d.width + 31) / 32; w += 32) {
-                for (unsigned m = dirty[w]; m; m &= m - 1) hidden[w * 32 + __ffs(m) - 1] = 0.0f;
-                dirty[w] = 0;
+            unsigned lane = threadIdx.x, n = min(nz_count, NZ_CAP);
+            for (unsigned t = lane; t < n; t += 32) {
+                unsigned r = nz_cols[t];
+                hidden[r] = 0.0f;
+                dirty[r / 32] = 0;
             }
-            bool mine = lane < d.kinds && tk.kind_off[lane] <= token && (lane + 1 >= d.kinds || token < tk.kind_off[lane + 1]);
-            unsigned k = __ffs(__ballot_sync(0xffffffff, mine)) - 1;
             __syncwarp();
+            bool mine = lane < d.kinds && tk.kind_off[lane] <= token && (lane + 1 >= d.kinds || token < tk.kind_off[lane + 1]);
+            unsigned k = __ffs(__ballot_sync(FULL, mine)) - 1;
             if (lane == 0) {
+                nz_count = 0;
                 unsigned idx = token - tk.kind_off[k];
                 unsigned r = d.chip_base + tk.kind_dim[k];
+                mark(z, r);
                 hidden[r] = 1.0f;
-                mark(dirty, r);
                 for (int f = (int)tk.kind_nf[k] - 1; f >= 0; f--) {
                     unsigned fid = tk.kind_fields[k * 8 + f];
                     unsigned size = tk.field_size[fid];
                     r = d.chip_base + tk.field_dim[fid] + idx % size;
+                    mark(z, r);
                     hidden[r] = 1.0f;
-                    mark(dirty, r);
                     idx /= size;
                 }
             }
@@ -369,13 +430,15 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
         MARK(0);
 
         #pragma unroll 1
-        for (unsigned l = 0; l < d.layers; l++) {
-            const Layer &L = layers[l];
-            unsigned n = list_nonzeros(hidden, d, nz_cols, nz_vals, &error_sh);
-            MARK(1);
-            scatter(L.xin, I, E, nz_cols, nz_vals, n, xs);
+        for (unsigned li = 0; li < d.layers; li++) {
+#ifdef PROFILE
+            l = li;
+            if (threadIdx.x == 0) listed[0] += nz_count;
+#endif
+            const Layer &L = layers[li];
+            scatter(L.xin, I, E, nz_cols, min(nz_count, NZ_CAP), hidden, d, &error_sh, xs);
             __syncthreads();
-            MARK(2);
+            MARK(1);
             // The causal conv of the channels that read earlier passes (raw = scattered sum
             // + anchors' share); the others' conv is a multiply, done where they are read.
             if (L.n_delayed > 0) {
@@ -393,48 +456,57 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
                 }
                 __syncthreads();
             }
-            MARK(3);
+            MARK(2);
             #pragma unroll 1
             for (unsigned h = threadIdx.x / 32; h < L.n_heads; h += WARPS)
-                value_head(__ldg(I + L.heads + h), L, d, I, E, W, S, y, xs, hidden, dirty,
-                           staging + (threadIdx.x / 32) * MAX_DV);
+                value_head(__ldg(I + L.heads + h), L, d, I, E, W, S, y, xs, hidden, z
+#ifdef PROFILE
+                           , hprof + li * HSTAGES
+#endif
+                );
             __syncthreads();
-            MARK(4);
+            MARK(3);
+#ifdef PROFILE
+            if (threadIdx.x == 0) listed[1] += nz_count;
+#endif
+            scatter(L.gate_up, I, E, nz_cols, min(nz_count, NZ_CAP), hidden, d, &error_sh, gu);
+            MARK(6);
             #pragma unroll 1
             for (unsigned i = threadIdx.x; i < d.scratch; i += THREADS) xs[i] = 0.0f;
-            n = list_nonzeros(hidden, d, nz_cols, nz_vals, &error_sh);
-            MARK(5);
-            scatter(L.gate_up, I, E, nz_cols, nz_vals, n, gu);
             __syncthreads();
-            MARK(6);
+            MARK(4);
             // The constant neurons' share of down; then SwiGLU of the neurons a signal can
             // reach, each adding its down column into the residual when it fires.
             #pragma unroll 1
             for (unsigned i = threadIdx.x; i < L.n_fixed; i += THREADS) {
                 unsigned r = __ldg(I + L.fixed_rows + i);
+                mark(z, r);
                 atomicAdd(hidden + r, __ldg(W + L.fixed_vals + i));
-                mark(dirty, r);
             }
+            bool all_signal = L.n_signal == L.n_neur;
             #pragma unroll 1
             for (unsigned t = threadIdx.x; t < L.n_signal; t += THREADS) {
-                unsigned i = __ldg(I + L.signal + t);
+                unsigned i = all_signal ? t : __ldg(I + L.signal + t);
                 float2 bias = __ldg((const float2 *)(W + L.gu_bias) + i);
                 float g = gu[i] + bias.x, u = gu[L.n_neur + i] + bias.y;
                 gu[i] = gu[L.n_neur + i] = 0.0f;
                 float a = silu_call(g) * u;
-                if (a != 0.0f) add_column(L.down, I, E, i, a, hidden, dirty);
+                if (a != 0.0f) add_column(L.down, I, E, i, a, hidden, z);
             }
             __syncthreads();
-            MARK(7);
+            MARK(5);
         }
         ring = (ring + 1) % 3;
+#ifdef PROFILE
+        l = MAX_LAYERS;
+#endif
 
         // Choose the next token: each field's best value (first maximum), one warp per
         // field; then one lane per kind adds its fields' best scores in field order, and
         // the first kind of the highest score wins.
         best_field_values(hidden, d, tk);
         __syncthreads();
-        MARK(8);
+        MARK(6);
         if (threadIdx.x < 32) {
             unsigned k = threadIdx.x;
             bool have = k < d.kinds;
@@ -452,8 +524,8 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
             unsigned best_k = have ? k : 0xffffffffu;
             float best = score;
             for (int o = 16; o > 0; o >>= 1) {
-                float os = __shfl_xor_sync(0xffffffff, best, o);
-                unsigned ok = __shfl_xor_sync(0xffffffff, best_k, o);
+                float os = __shfl_xor_sync(FULL, best, o);
+                unsigned ok = __shfl_xor_sync(FULL, best_k, o);
                 if (ok != 0xffffffffu && (best_k == 0xffffffffu || os > best || (os == best && ok < best_k))) {
                     best = os;
                     best_k = ok;
@@ -470,7 +542,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
         unsigned kind = kind_sh;
         bool failed = error_sh != 0;
         __syncthreads();
-        MARK(9);
+        MARK(7);
         done = pass + 1;
         if (failed) break;
         if (pass + 1 >= n_inputs && ((stop_mask >> kind) & 1)) break;
@@ -478,12 +550,20 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
 #ifdef PROFILE
     if (threadIdx.x == 0 && done > 0) {
         long long total = 0;
-        for (int i = 0; i < PHASES; i++) total += prof[i];
-        printf("kernel profile (sparse): %u passes, %.0f cycles/pass: embed %.0f list1 %.0f xin %.0f conv %.0f "
-               "heads %.0f list2 %.0f gate_up %.0f swiglu+down %.0f fields %.0f kinds %.0f\n",
-               done, (double)total / done, (double)prof[0] / done, (double)prof[1] / done, (double)prof[2] / done,
-               (double)prof[3] / done, (double)prof[4] / done, (double)prof[5] / done, (double)prof[6] / done,
-               (double)prof[7] / done, (double)prof[8] / done, (double)prof[9] / done);
+        for (int i = 0; i < (MAX_LAYERS + 1) * PHASES; i++) total += prof[i];
+        const long long *o = prof + MAX_LAYERS * PHASES;
+        printf("kernel profile (sparse): %u passes, %.0f cycles/pass: embed %.0f fields %.0f kinds %.0f; "
+               "listed dims per layer %.1f (xin) %.1f (gate/up)\n",
+               done, (double)total / done, (double)o[0] / done, (double)o[6] / done, (double)o[7] / done,
+               (double)listed[0] / done / d.layers, (double)listed[1] / done / d.layers);
+        for (unsigned li = 0; li < d.layers; li++) {
+            const long long *p = prof + li * PHASES, *h = hprof + li * HSTAGES;
+            printf("  layer %2u: xin %6.0f conv %5.0f heads %6.0f gate_up %6.0f (zero %5.0f) mlp %6.0f | warp 0's head: "
+                   "qk %5.0f norms %5.0f write %5.0f read %5.0f out %5.0f\n",
+                   li, (double)p[1] / done, (double)p[2] / done, (double)p[3] / done, (double)p[6] / done,
+                   (double)p[4] / done, (double)p[5] / done, (double)h[0] / done, (double)h[1] / done, (double)h[2] / done,
+                   (double)h[3] / done, (double)h[4] / done);
+        }
     }
 #endif
     if (threadIdx.x == 0) {

@@ -35,6 +35,10 @@ const LOOKAHEAD: usize = 1 << 15;
 /// Extra NVRTC options for the chip kernel, whitespace-separated: a tuning and
 /// diagnosis knob (`-DUNROLL=16`; `-DPROFILE` prints each phase's cycles per pass).
 pub const KERNEL_OPTIONS_ENV: &str = "INBAND_KERNEL_OPTIONS";
+/// A file whose CUDA source replaces the built-in activation-sparse kernel: for measuring
+/// kernel variants on a GPU machine without rebuilding inband (the tables are the built-in
+/// kernel's, so a variant must read them as it does).
+pub const KERNEL_SOURCE_ENV: &str = "INBAND_KERNEL_SOURCE";
 
 /// Mirrors the kernel's `Dims`.
 #[repr(C)]
@@ -171,9 +175,9 @@ pub struct GpuChip {
     dv: usize,
 }
 
-/// Compiles CUDA `source` with NVRTC for the H200 (with `defines` and the
-/// [`KERNEL_OPTIONS_ENV`] options) and loads it into `ctx`.
-fn compile(ctx: &Arc<CudaContext>, source: &str, what: &str, defines: &[String]) -> anyhow::Result<Arc<CudaModule>> {
+/// Compiles CUDA `source` with NVRTC for the H200 (with the [`KERNEL_OPTIONS_ENV`]
+/// options) and loads it into `ctx`.
+fn compile(ctx: &Arc<CudaContext>, source: &str, what: &str) -> anyhow::Result<Arc<CudaModule>> {
     let ptx = compile_ptx_with_opts(
         source,
         CompileOptions {
@@ -183,15 +187,10 @@ fn compile(ctx: &Arc<CudaContext>, source: &str, what: &str, defines: &[String])
             prec_div: Some(true),
             prec_sqrt: Some(true),
             arch: Some("sm_90"),
-            options: defines
-                .iter()
-                .cloned()
-                .chain(
-                    std::env::var(KERNEL_OPTIONS_ENV)
-                        .unwrap_or_default()
-                        .split_whitespace()
-                        .map(String::from),
-                )
+            options: std::env::var(KERNEL_OPTIONS_ENV)
+                .unwrap_or_default()
+                .split_whitespace()
+                .map(String::from)
                 .collect(),
             ..Default::default()
         },
@@ -201,13 +200,20 @@ fn compile(ctx: &Arc<CudaContext>, source: &str, what: &str, defines: &[String])
 }
 
 /// A chip kernel's source: the shared header pasted in place of its `#include`
-/// (NVRTC is given one string).
-fn kernel_source(kernel: Kernel) -> String {
-    let body = match kernel {
-        Kernel::Sparse => SPARSE_KERNEL,
-        Kernel::Reference => REFERENCE_KERNEL,
+/// (NVRTC is given one string); the sparse kernel's from [`KERNEL_SOURCE_ENV`]'s file
+/// where that is set.
+fn kernel_source(kernel: Kernel) -> anyhow::Result<String> {
+    let body = match (kernel, std::env::var_os(KERNEL_SOURCE_ENV)) {
+        (Kernel::Sparse, Some(path)) => std::fs::read_to_string(&path).with_context(|| {
+            format!(
+                "reading the kernel source {} ({KERNEL_SOURCE_ENV})",
+                path.to_string_lossy()
+            )
+        })?,
+        (Kernel::Sparse, None) => SPARSE_KERNEL.to_string(),
+        (Kernel::Reference, _) => REFERENCE_KERNEL.to_string(),
     };
-    body.replace("#include \"chip_common.cuh\"", COMMON)
+    Ok(body.replace("#include \"chip_common.cuh\"", COMMON))
 }
 
 /// The sparse kernel's error code when a norm's factor is not the pinned one.
@@ -330,16 +336,15 @@ impl GpuChip {
 
         let ctx = CudaContext::new(ordinal).with_context(|| format!("cannot open CUDA device {ordinal}"))?;
         let stream = ctx.default_stream();
-        let defines = vec![format!("-DSCAN_PER_THREAD={}", width.div_ceil(THREADS as usize))];
-        let module = compile(&ctx, &kernel_source(kernel), "the chip kernel", &defines)?;
+        let module = compile(&ctx, &kernel_source(kernel)?, "the chip kernel")?;
         let function = module.load_function("chip_passes")?;
         let shared_floats = match kernel {
             // hidden, normed, conv output, head outputs, scratch, activations.
             Kernel::Reference => 2 * width + c.conv_dim() + hv * dv + tables.scratch + tables.act,
-            // hidden, delayed channels' conv outputs, the two scratch buffers, the nonzero
-            // list (columns, values), the bitmap of dims that may be nonzero.
+            // hidden, delayed channels' conv outputs, the two scratch buffers, the list of
+            // dims that may be nonzero and its bitmap.
             Kernel::Sparse => {
-                width + tables.delayed + tables.scratch + tables.act + 2 * sparse::NZ_CAP + width.div_ceil(32)
+                width + tables.delayed + tables.scratch + tables.act + sparse::NZ_CAP + width.div_ceil(32)
             }
         };
         let shared_bytes = ((shared_floats + tables.words.len()) * 4) as u32;
@@ -413,7 +418,7 @@ impl GpuChip {
             let ctl = self.stream.clone_dtoh(&self.ctl)?;
             if ctl[3] == ERR_TOO_MANY_NONZEROS {
                 bail!(
-                    "more than {} residual dims were nonzero at once, more than the sparse kernel lists; \
+                    "more than {} residual dims were written in one pass, more than the sparse kernel lists; \
                      run it with --kernel reference",
                     sparse::NZ_CAP
                 );

@@ -58,7 +58,7 @@ struct LayerOffsets {
 const QUIET_UNLESS_REACHED: u32 = 1 << 16;
 /// In a head's table entry: no signal reaches its `a` row and its decay is exactly 1.
 const NO_DECAY: u32 = 1 << 17;
-/// Nonzero residual dims the kernel's list holds (its `NZ_CAP`).
+/// Residual dims the kernel lists as written in one pass (its `NZ_CAP`).
 pub const NZ_CAP: usize = 2048;
 
 /// The pinned input RMSNorm: its factor, and the ulp of the anchors' sum of squares.
