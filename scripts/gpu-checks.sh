@@ -22,8 +22,8 @@
 #   examples      every example but Euler #10 on CUDA, output compared with golden's
 #   bench         inband bench --device cuda --against-reference (both kernels, the ratio)
 #   verify        ISA tests, the shorter examples and whole_ram under --verify on CUDA
-#   load          hello, int64 and Euler #10 booted by loading state and by prefill on
-#                 CUDA: the boot times
+#   load          hello, int64 and Euler #10 booted by loading state (a fresh VM, then
+#                 5 boots on the resident one) and by prefill on CUDA: inband bench --boot
 #   euler10       Project Euler #10 inside the spliced checkpoint on CUDA, timed
 #   inband        in-band execution in a generation from the spliced checkpoint (VM on
 #                 CUDA): `[C: 847*293]` and `[C: 12345*6789]`, forced tokens
@@ -180,13 +180,7 @@ for section in "${SECTIONS[@]}"; do
         step 240 $B/inband run "${V[@]}" --verify --stats $E/whole_ram.elf
         ;;
     load)
-        # Boot by loading state vs by prefill: each program's boot time (its run cut
-        # after one instruction), on the resident GPU engine of one process each.
-        for p in hello int64 euler10; do
-            for boot in load prefill; do
-                step 120 $B/inband run "${M[@]}" --boot $boot --stats --max-instructions 1 $E/$p.elf
-            done
-        done
+        step 200 $B/inband bench "${M[@]:2}" --boot $E/hello.elf $E/int64.elf $E/euler10.elf
         ;;
     euler10 | fib)
         vs_golden $section 590 && cat "$W/$section.cuda" >>"$LOG"

@@ -1,6 +1,7 @@
 //! `inband bench`: each program run in the chip and on the golden engine (whose output it
 //! must match), one table row of speed figures per program, then where each program's
-//! passes went (by cause, read from its token stream).
+//! passes went (by cause, read from its token stream). `--boot`: how long each program
+//! takes to get into the chip, by loading state and by prefill.
 
 use std::path::{Path, PathBuf};
 
@@ -25,10 +26,7 @@ pub fn bench(
     against_reference: bool,
     toolchain: Option<&Path>,
 ) -> anyhow::Result<()> {
-    let defaults: Vec<PathBuf> = ["hello", "strings", "int64"]
-        .iter()
-        .map(|p| PathBuf::from(format!("firmware/examples/{p}.c")))
-        .collect();
+    let defaults = default_programs();
     let programs = if programs.is_empty() { &defaults[..] } else { programs };
     let chip = source.open()?;
     println!("| program | device | instructions | forward passes | passes/instruction | steps/s | instructions/s |");
@@ -53,6 +51,72 @@ pub fn bench(
     }
     print_causes(&causes);
     Ok(())
+}
+
+/// The programs a bench runs when none is named.
+fn default_programs() -> Vec<PathBuf> {
+    ["hello", "strings", "int64"]
+        .iter()
+        .map(|p| PathBuf::from(format!("firmware/examples/{p}.c")))
+        .collect()
+}
+
+/// Boots after the first that [`bench_boot`] times with the loader warm.
+const WARM_BOOTS: usize = 5;
+
+/// Boots each program by loading state on a fresh VM (the loader made and cold), then
+/// [`WARM_BOOTS`] times more on the same VM (as a resident session boots its regions),
+/// then once by prefill, and prints a table of boot times. No instruction runs.
+pub fn bench_boot(
+    programs: &[PathBuf],
+    source: &ChipSource,
+    device: vm::Device,
+    toolchain: Option<&Path>,
+) -> anyhow::Result<()> {
+    let defaults = default_programs();
+    let programs = if programs.is_empty() { &defaults[..] } else { programs };
+    let chip = source.open()?;
+    println!("| program | device | prefill passes | load, first (ms) | load, warm (ms, median of {WARM_BOOTS}) | prefill (ms) |");
+    println!("|---|---|---|---|---|---|");
+    for path in programs {
+        let name = path.file_stem().map(|s| s.to_string_lossy()).unwrap_or_default();
+        let image = program::load_program(path, toolchain)?;
+        let mut vm = vm::Vm::new(&chip, device)?;
+        let mut boot = |boot: vm::Boot| -> anyhow::Result<vm::VmRun> {
+            Ok(vm.run(
+                &image,
+                boot,
+                vm::Limits::instructions(0),
+                false,
+                None,
+                &mut std::io::sink(),
+            )?)
+        };
+        let first = boot(vm::Boot::Load)?.boot_seconds;
+        let mut warm = (0..WARM_BOOTS)
+            .map(|_| Ok(boot(vm::Boot::Load)?.boot_seconds))
+            .collect::<anyhow::Result<Vec<f64>>>()?;
+        warm.sort_by(f64::total_cmp);
+        let prefill = boot(vm::Boot::Prefill)?;
+        println!(
+            "| {name} | {} | {} | {:.1} | {:.1} | {:.1} |",
+            device_name(device),
+            prefill.counts.boot_passes,
+            first * 1e3,
+            warm[WARM_BOOTS / 2] * 1e3,
+            prefill.boot_seconds * 1e3,
+        );
+    }
+    Ok(())
+}
+
+/// A device as the tables name it.
+fn device_name(device: vm::Device) -> String {
+    match device {
+        vm::Device::Cpu => "cpu".to_string(),
+        vm::Device::Cuda(n, vm::CudaKernel::Sparse) => format!("cuda:{n}"),
+        vm::Device::Cuda(n, vm::CudaKernel::Reference) => format!("cuda:{n} (reference kernel)"),
+    }
 }
 
 /// The passes of each program by cause, as a table of passes per retired instruction.
@@ -104,11 +168,7 @@ fn bench_one(
     let passes_per_second = c.passes as f64 / seconds;
     println!(
         "| {name} | {} | {} | {} | {:.3} | {:.0} | {:.0} |",
-        match device {
-            vm::Device::Cpu => "cpu".to_string(),
-            vm::Device::Cuda(n, vm::CudaKernel::Sparse) => format!("cuda:{n}"),
-            vm::Device::Cuda(n, vm::CudaKernel::Reference) => format!("cuda:{n} (reference kernel)"),
-        },
+        device_name(device),
         c.retired,
         c.passes,
         c.passes as f64 / c.retired.max(1) as f64,

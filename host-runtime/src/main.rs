@@ -161,9 +161,10 @@ enum Command {
         options: SessionOptions,
     },
     /// VM speed: run a set of programs in the chip and print steps/s, instructions/s and
-    /// forward passes per instruction as a table.
+    /// forward passes per instruction as a table (or, with --boot, boot times).
     #[command(
-        after_help = "Examples:\n  inband bench --chip pack\n  inband bench --device cuda --model spliced hello.elf sort.elf\n\n\
+        after_help = "Examples:\n  inband bench --chip pack\n  inband bench --device cuda --model spliced hello.elf sort.elf\n  \
+        inband bench --boot --chip pack firmware/examples/euler10.c\n\n\
         Without programs: firmware/examples/{hello,strings,int64}.c. Each program's output is\n\
         compared with the golden engine's; a difference fails the bench."
     )]
@@ -180,6 +181,11 @@ enum Command {
         /// print the speed ratio.
         #[arg(long)]
         against_reference: bool,
+        /// Time boot alone instead: each program loaded into the chip on a fresh VM, then
+        /// 5 times more on the same VM (the loader warm, as in a text session), then by
+        /// prefill; no instruction runs.
+        #[arg(long, conflicts_with = "against_reference")]
+        boot: bool,
         /// Run the chip layers of this spliced checkpoint.
         #[arg(long)]
         model: Option<PathBuf>,
@@ -325,6 +331,7 @@ fn main() -> ExitCode {
             device,
             kernel,
             against_reference,
+            boot,
             model,
             chip,
             toolchain,
@@ -345,7 +352,12 @@ fn main() -> ExitCode {
                 report(NO_CHIP);
                 return ExitCode::FAILURE;
             };
-            match bench::bench(&programs, &source, device, against_reference, toolchain.as_deref()) {
+            let done = if boot {
+                bench::bench_boot(&programs, &source, device, toolchain.as_deref())
+            } else {
+                bench::bench(&programs, &source, device, against_reference, toolchain.as_deref())
+            };
+            match done {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     report_error(&e);

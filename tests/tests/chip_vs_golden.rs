@@ -149,13 +149,13 @@ fn int64() {
 }
 
 #[test]
-#[ignore = "745k instructions: about 20 minutes on the CPU path"]
+#[ignore = "745k instructions: about 7 minutes on the CPU path"]
 fn fib() {
     assert!(whole("fib") <= 2.0);
 }
 
 #[test]
-#[ignore = "921k instructions (1.5M forward passes): about 25 minutes on the CPU path"]
+#[ignore = "921k instructions (1.5M forward passes): about 13 minutes on the CPU path"]
 fn euler10() {
     assert!(whole("euler10") <= 2.0);
 }
@@ -344,7 +344,7 @@ fn fuzz_random_streams() {
 
 /// The 1,000,000-instruction run.
 #[test]
-#[ignore = "about 25 minutes on the CPU path"]
+#[ignore = "about 14 minutes on the CPU path"]
 fn fuzz_one_million() {
     let mut total = 0;
     let mut seed = 100;

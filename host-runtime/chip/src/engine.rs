@@ -1,11 +1,13 @@
 //! Engines that run chip passes. [`PassEngine`] is what a host drives: feed chip
 //! tokens, get the chosen ones back, read GDN memory rows. [`ChipRunner`] is the CPU
-//! engine: the project's layer math (sparse or dense path) over a batch of independent
+//! engine: the project's layer math (the sparse path, with activation-sparse products
+//! where the layer's sum order has them; or the dense path) over a batch of independent
 //! machines; the GPU engine lives in the runtime.
 
 use candle_core::{Device, Tensor};
+use inband_qwen35::active::ActiveLayer;
 use inband_qwen35::dense::{DenseLayer, DenseState};
-use inband_qwen35::sparse::{GdnState, Scratch, SparseLayer, SumOrder};
+use inband_qwen35::sparse::{GdnState, Reach, Scratch, SparseLayer, SumOrder};
 
 use crate::model::{ChipLayers, ChipModel};
 use crate::token::ChipToken;
@@ -65,10 +67,16 @@ pub enum MathPath {
 
 enum Engine<'a> {
     /// states[machine][layer].
+    /// `active`: each layer's activation-sparse products (None where the layer's sum
+    /// order has none: it steps row by row), shared by the machines (what they keep
+    /// between steps is keyed by the inputs, not the machine).
     Sparse {
         layers: &'a [SparseLayer],
+        active: Vec<Option<ActiveLayer>>,
         states: Vec<Vec<GdnState>>,
-        scratch: Scratch,
+        /// dirty[machine][layer]: the state rows that may be nonzero.
+        dirty: Vec<Vec<DirtyRows>>,
+        scratch: Box<Scratch>,
     },
     Dense {
         layers: Vec<DenseLayer>,
@@ -100,10 +108,16 @@ impl<'a> ChipRunner<'a> {
                 let states = (0..batch)
                     .map(|_| layers.iter().map(|_| GdnState::new(config)).collect())
                     .collect();
+                let prefix = model.spec.anchor_prefix();
+                let rows = config.linear_num_value_heads * config.linear_key_head_dim;
                 Engine::Sparse {
                     layers,
+                    active: layers.iter().map(|l| ActiveLayer::new(l, prefix)).collect(),
                     states,
-                    scratch: Scratch::default(),
+                    dirty: (0..batch)
+                        .map(|_| layers.iter().map(|_| DirtyRows::new(rows)).collect())
+                        .collect(),
+                    scratch: Box::default(),
                 }
             }
             ChipLayers::Dense(layers) => {
@@ -149,12 +163,25 @@ impl<'a> ChipRunner<'a> {
         match &mut self.engine {
             Engine::Sparse {
                 layers,
+                active,
                 states,
+                dirty,
                 scratch,
             } => {
-                for (h, machine) in hidden.iter_mut().zip(states.iter_mut()) {
-                    for (layer, state) in layers.iter().zip(machine.iter_mut()) {
-                        layer.step(h, state, scratch);
+                let dk = self.model.config.linear_key_head_dim;
+                for ((h, machine), dirty) in hidden.iter_mut().zip(states.iter_mut()).zip(dirty.iter_mut()) {
+                    for (l, (layer, state)) in layers.iter().zip(machine.iter_mut()).enumerate() {
+                        match &mut active[l] {
+                            Some(active) => {
+                                active.written.clear();
+                                active.step(layer, h, state, scratch, Reach::Residual);
+                                dirty[l].wrote(&active.written, dk);
+                            }
+                            None => {
+                                layer.step(h, state, scratch);
+                                dirty[l].all = true;
+                            }
+                        }
                     }
                 }
             }
@@ -208,13 +235,13 @@ impl<'a> ChipRunner<'a> {
     pub fn load_state(&mut self, rows: &[MemoryRow]) -> anyhow::Result<()> {
         let c = &self.model.config;
         let (dk, dv) = (c.linear_key_head_dim, c.linear_value_head_dim);
-        let Engine::Sparse { states, .. } = &mut self.engine else {
+        let Engine::Sparse { states, dirty, .. } = &mut self.engine else {
             anyhow::bail!("boot by loading state needs the sparse path of the layer math")
         };
-        for machine in states.iter_mut() {
-            for state in machine.iter_mut() {
+        for (machine, dirty) in states.iter_mut().zip(dirty.iter_mut()) {
+            for (state, dirty) in machine.iter_mut().zip(dirty.iter_mut()) {
                 state.conv.fill(0.0);
-                state.recurrent.fill(0.0);
+                dirty.clear(&mut state.recurrent, dv);
             }
         }
         for r in rows {
@@ -227,9 +254,66 @@ impl<'a> ChipRunner<'a> {
             );
             let at = (r.head * dk + r.row) * dv;
             states[0][r.layer].recurrent[at..at + dv].copy_from_slice(&r.values);
+            dirty[0][r.layer].row(r.head * dk + r.row);
         }
         self.hidden.clear();
         Ok(())
+    }
+}
+
+/// The GDN state rows of one layer that may hold nonzeros, so a reset clears only those
+/// (a whole state is a megabyte per layer at the 0.8b shape; a boot writes a few hundred
+/// rows).
+#[derive(Debug, Clone)]
+struct DirtyRows {
+    /// Every row (a step that does not say where it wrote).
+    all: bool,
+    marked: Vec<bool>,
+    /// Rows (value head · dk + key row), each listed once.
+    rows: Vec<usize>,
+}
+
+impl DirtyRows {
+    /// Fresh: every row zero. A new state is all zeros.
+    fn new(rows: usize) -> Self {
+        Self {
+            all: false,
+            marked: vec![false; rows],
+            rows: Vec::new(),
+        }
+    }
+
+    fn row(&mut self, row: usize) {
+        if !self.marked[row] {
+            self.marked[row] = true;
+            self.rows.push(row);
+        }
+    }
+
+    /// Marks what a step wrote: (value head, key row; None: the whole head).
+    fn wrote(&mut self, written: &[(usize, Option<usize>)], dk: usize) {
+        for &(head, row) in written {
+            match row {
+                Some(row) => self.row(head * dk + row),
+                None => (head * dk..(head + 1) * dk).for_each(|r| self.row(r)),
+            }
+        }
+    }
+
+    /// Zeroes the dirty rows of `recurrent` (rows of `dv`): all of it is zero after.
+    fn clear(&mut self, recurrent: &mut [f32], dv: usize) {
+        if self.all {
+            recurrent.fill(0.0);
+        } else {
+            for &r in &self.rows {
+                recurrent[r * dv..(r + 1) * dv].fill(0.0);
+            }
+        }
+        for &r in &self.rows {
+            self.marked[r] = false;
+        }
+        self.rows.clear();
+        self.all = false;
     }
 }
 

@@ -50,6 +50,13 @@ impl ChipSpec {
         self.hidden + self.chip_dims
     }
 
+    /// The residual dims up to the last anchor: a chip pass's nonzeros there are the
+    /// anchors alone, so activation-sparse products ([`inband_qwen35::active`]) keep
+    /// their fold over them while the norm's scale repeats.
+    pub fn anchor_prefix(&self) -> usize {
+        self.hidden + self.anchors.iter().map(|(d, _)| d + 1).max().unwrap_or(0)
+    }
+
     /// The chip-dimension part of a chip token's embedding row: the anchors, 1 at the
     /// kind's dim and 1 at each field value's dim.
     pub fn embedding(&self, token: &ChipToken) -> Vec<f32> {

@@ -12,10 +12,11 @@
 //! the prefix inputs repeat bit for bit.
 //!
 //! Chip layers have ~50 k nonzero weights but a pass's residual has ~30 nonzero dims,
-//! most of them anchors: a step costs a few hundred multiply-adds besides the norms.
+//! most of them anchors: a step costs a few hundred multiply-adds and a few copies of
+//! kept vectors. The CPU engine and the boot loader step with these products.
 
 use crate::scalar::silu;
-use crate::sparse::{GdnState, Products, Scratch, SparseLayer, SparseMatrix, SumOrder};
+use crate::sparse::{nonzero_dims, GdnState, Products, Reach, Scratch, SparseLayer, SparseMatrix, SumOrder};
 
 /// Some rows of a matrix, by columns: each column's (row, value) entries.
 #[derive(Debug, Clone)]
@@ -99,8 +100,9 @@ impl Touched {
 struct Sums {
     columns: Columns,
     prefix: usize,
-    /// The prefix inputs (column, bits) the kept sums were folded from.
-    key: Option<Vec<(usize, u32)>>,
+    /// The prefix inputs (column, bits) the kept sums were folded from, once folded.
+    key: Vec<(usize, u32)>,
+    folded: bool,
     kept: Vec<f32>,
     sums: Vec<f32>,
     /// Rows that inputs past the prefix reached: their sums differ from the kept ones.
@@ -112,42 +114,49 @@ impl Sums {
         Self {
             columns: Columns::of(m, rows),
             prefix: prefix.min(m.cols),
-            key: None,
+            key: Vec::new(),
+            folded: false,
             kept: vec![0.0; m.rows],
             sums: vec![0.0; m.rows],
             touched: Touched::new(m.rows),
         }
     }
 
-    /// Every row's sum with `x`; returns true when the prefix inputs changed (the kept
-    /// sums were folded again).
-    fn compute(&mut self, x: &[f32]) -> bool {
+    /// Every row's sum with `x` (nonzero at most at `nonzero`, ascending); returns true
+    /// when the prefix inputs changed (the kept sums were folded again).
+    fn compute(&mut self, x: &[f32], nonzero: &[u32]) -> bool {
         for &r in &self.touched.list {
             self.sums[r] = self.kept[r];
+            self.touched.mark[r] = false;
         }
-        self.touched.clear();
-        let key: Vec<(usize, u32)> = nonzeros(&x[..self.prefix]).map(|(c, v)| (c, v.to_bits())).collect();
-        let refolded = self.key.as_ref() != Some(&key);
+        self.touched.list.clear();
+        let split = nonzero.partition_point(|&c| (c as usize) < self.prefix);
+        let key = inputs(x, &nonzero[..split]).map(|(c, v)| (c, v.to_bits()));
+        let refolded = !self.folded || !self.key.iter().copied().eq(key.clone());
         if refolded {
+            self.key.clear();
+            self.key.extend(key);
             self.kept.fill(0.0);
-            for &(c, bits) in &key {
+            for &(c, bits) in &self.key {
                 self.columns.add(c, f32::from_bits(bits), &mut self.kept, |_| {});
             }
             self.sums.copy_from_slice(&self.kept);
-            self.key = Some(key);
+            self.folded = true;
         }
         let Touched { list, mark } = &mut self.touched;
-        for (c, v) in nonzeros(&x[self.prefix..]) {
+        for (c, v) in inputs(x, &nonzero[split..]) {
             self.columns
-                .add(self.prefix + c, v, &mut self.sums, |r| Touched::touch(list, mark, r));
+                .add(c, v, &mut self.sums, |r| Touched::touch(list, mark, r));
         }
         refolded
     }
 }
 
-/// (index, value) of the nonzero entries, ascending.
-fn nonzeros(x: &[f32]) -> impl Iterator<Item = (usize, f32)> + '_ {
-    x.iter().enumerate().filter(|(_, v)| **v != 0.0).map(|(i, v)| (i, *v))
+/// (dim, value) of `x` at `dims` where it is not ±0.
+fn inputs<'a>(x: &'a [f32], dims: &'a [u32]) -> impl Iterator<Item = (usize, f32)> + Clone + 'a {
+    dims.iter()
+        .map(|&c| (c as usize, x[c as usize]))
+        .filter(|(_, v)| *v != 0.0)
 }
 
 /// One layer's activation-sparse products, with what it keeps between steps.
@@ -155,9 +164,10 @@ fn nonzeros(x: &[f32]) -> impl Iterator<Item = (usize, f32)> + '_ {
 pub struct ActiveLayer {
     qkv: Sums,
     /// silu(conv output) of each live channel without delayed taps, from the kept qkv
-    /// sums alone; the channels with delayed taps.
+    /// sums alone; the channels with delayed taps, as a list and by channel.
     kept_y: Vec<f32>,
     delayed: Vec<usize>,
+    is_delayed: Vec<bool>,
     z: Sums,
     z_ready: bool,
     /// silu of each z row's kept sum.
@@ -173,12 +183,16 @@ pub struct ActiveLayer {
     /// Accumulators of out_proj and down (zero between uses) and the rows they reached.
     acc: Vec<f32>,
     acc_touched: Touched,
+    /// The nonzero inputs of out_proj or down.
+    inputs: Vec<u32>,
     /// The GDN state rows (value head, key row; None: the whole head) the steps since it
     /// was last cleared wrote, in order (with repeats).
     pub written: Vec<(usize, Option<usize>)>,
     /// Heads whose state is known to be all +0 (see [`Self::state_is_zero`]): decaying
     /// them changes nothing and is skipped.
     zero_heads: Vec<bool>,
+    /// False once [`Self::skip_unread_conv_state`] found the conv state unread.
+    keeps_conv_state: bool,
 }
 
 impl ActiveLayer {
@@ -201,6 +215,7 @@ impl ActiveLayer {
                 .copied()
                 .filter(|&ch| layer.has_delayed_taps(ch))
                 .collect(),
+            is_delayed: (0..layer.qkv.rows).map(|ch| layer.has_delayed_taps(ch)).collect(),
             z: Sums::new(&layer.z, &all(&layer.z), prefix),
             z_ready: false,
             kept_silu_z: vec![0.0; layer.z.rows],
@@ -213,8 +228,10 @@ impl ActiveLayer {
             down_rows: nonempty(&layer.down),
             acc: vec![0.0; hidden],
             acc_touched: Touched::new(hidden),
+            inputs: Vec::new(),
             written: Vec::new(),
             zero_heads: vec![false; layer.config.linear_num_value_heads],
+            keeps_conv_state: true,
         })
     }
 
@@ -225,10 +242,25 @@ impl ActiveLayer {
         self.zero_heads.fill(true);
     }
 
-    /// Runs one token through `layer` (the layer this was made from), exactly as
-    /// [`SparseLayer::step`] does.
-    pub fn step(&mut self, layer: &SparseLayer, hidden: &mut [f32], state: &mut GdnState, scratch: &mut Scratch) {
-        layer.step_with(hidden, state, scratch, self);
+    /// Leaves the conv state as it is from now on when no channel of the layer reads a
+    /// cached input (no delayed taps): its outputs are the same, and a machine that keeps
+    /// only the GDN rows its steps write (the boot loader's replay) saves moving the
+    /// whole conv state every step. A layer with delayed taps keeps it.
+    pub fn skip_unread_conv_state(&mut self) {
+        self.keeps_conv_state = !self.delayed.is_empty();
+    }
+
+    /// Runs one token through `layer` (the layer this was made from) as far as `reach`,
+    /// exactly as [`SparseLayer::step`] does.
+    pub fn step(
+        &mut self,
+        layer: &SparseLayer,
+        hidden: &mut [f32],
+        state: &mut GdnState,
+        scratch: &mut Scratch,
+        reach: Reach,
+    ) {
+        layer.step_with(hidden, state, scratch, self, reach);
     }
 
     /// `hidden[r]` += the fold of `columns` over the nonzero entries of `x`, for every
@@ -243,8 +275,9 @@ impl ActiveLayer {
         let mut acc = std::mem::take(&mut self.acc);
         let mut touched = std::mem::replace(&mut self.acc_touched, Touched::new(0));
         let Touched { list, mark } = &mut touched;
-        for (c, v) in nonzeros(x) {
-            columns_of(self).add(c, v, &mut acc, |r| Touched::touch(list, mark, r));
+        nonzero_dims(x, &mut self.inputs);
+        for &c in &self.inputs {
+            columns_of(self).add(c as usize, x[c as usize], &mut acc, |r| Touched::touch(list, mark, r));
         }
         for &r in rows_of(self) {
             hidden[r] += acc[r];
@@ -259,44 +292,54 @@ impl ActiveLayer {
 }
 
 impl Products for ActiveLayer {
-    fn qkv(&mut self, l: &SparseLayer, xn: &[f32], mixed: &mut [f32]) {
-        if self.qkv.compute(xn) {
+    fn qkv(&mut self, l: &SparseLayer, xn: &[f32], nonzero: &[u32], mixed: &mut [f32]) {
+        if self.qkv.compute(xn, nonzero) {
             // A channel without delayed taps reads no cached input: its output is a
             // function of its kept sum (the cached inputs only ever meet zero taps).
-            let zeros = vec![0.0f32; l.conv.len()];
             for &ch in &l.live_channels {
-                self.kept_y[ch] = silu(l.conv_input(ch, &zeros, self.qkv.kept[ch]));
+                self.kept_y[ch] = silu(l.conv_input_undelayed(ch, self.qkv.kept[ch]));
             }
         }
-        for &ch in &l.live_channels {
-            mixed[ch] = self.qkv.sums[ch];
+        if self.keeps_conv_state {
+            // Every other row's sum is +0 (no columns were kept for it).
+            mixed.copy_from_slice(&self.qkv.sums);
         }
         self.z_ready = false;
     }
 
-    fn conv(&mut self, l: &SparseLayer, conv_state: &[f32], mixed: &[f32], y: &mut [f32]) {
-        y.fill(0.0);
-        for &ch in &l.live_channels {
-            y[ch] = self.kept_y[ch];
+    fn conv(&mut self, l: &SparseLayer, conv_state: &[f32], _: &[f32], y: &mut [f32]) {
+        // kept_y is +0 at every channel that is not live; the qkv sums are `mixed`.
+        let mixed = &self.qkv.sums;
+        y.copy_from_slice(&self.kept_y);
+        for &ch in &self.qkv.touched.list {
+            if !self.is_delayed[ch] {
+                y[ch] = silu(l.conv_input_undelayed(ch, mixed[ch]));
+            }
         }
-        for &ch in self.qkv.touched.list.iter().chain(&self.delayed) {
+        for &ch in &self.delayed {
             y[ch] = silu(l.conv_input(ch, conv_state, mixed[ch]));
         }
     }
 
-    fn silu_z(&mut self, _: &SparseLayer, xn: &[f32], r: usize) -> f32 {
+    fn keeps_conv_state(&self) -> bool {
+        self.keeps_conv_state
+    }
+
+    fn silu_z(&mut self, _: &SparseLayer, xn: &[f32], nonzero: &[u32], first: usize, gates: &mut [f32]) {
         if !self.z_ready {
-            if self.z.compute(xn) {
+            if self.z.compute(xn, nonzero) {
                 for (s, z) in self.kept_silu_z.iter_mut().zip(&self.z.kept) {
                     *s = silu(*z);
                 }
             }
             self.z_ready = true;
         }
-        if self.z.touched.mark[r] {
-            silu(self.z.sums[r])
-        } else {
-            self.kept_silu_z[r]
+        let rows = first..first + gates.len();
+        gates.copy_from_slice(&self.kept_silu_z[rows.clone()]);
+        for (g, r) in gates.iter_mut().zip(rows) {
+            if self.z.touched.mark[r] {
+                *g = silu(self.z.sums[r]);
+            }
         }
     }
 
@@ -304,16 +347,15 @@ impl Products for ActiveLayer {
         self.add_products(|a| &a.out_proj, |a| &a.out_rows, head_out, hidden);
     }
 
-    fn mlp(&mut self, l: &SparseLayer, xn: &[f32], neurons: &mut [f32], hidden: &mut [f32]) {
-        let refolded = self.gate.compute(xn) | self.up.compute(xn);
+    fn mlp(&mut self, l: &SparseLayer, xn: &[f32], nonzero: &[u32], neurons: &mut [f32], hidden: &mut [f32]) {
+        let refolded = self.gate.compute(xn, nonzero) | self.up.compute(xn, nonzero);
         if refolded {
             for &n in &l.live_neurons {
                 self.kept_neurons[n] = silu(self.gate.kept[n]) * self.up.kept[n];
             }
         }
-        for &n in &l.live_neurons {
-            neurons[n] = self.kept_neurons[n];
-        }
+        // kept_neurons is +0 at every neuron that is not live.
+        neurons.copy_from_slice(&self.kept_neurons);
         for &n in self.gate.touched.list.iter().chain(&self.up.touched.list) {
             neurons[n] = silu(self.gate.sums[n]) * self.up.sums[n];
         }

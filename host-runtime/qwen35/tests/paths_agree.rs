@@ -4,7 +4,7 @@
 use candle_core::{Device, Tensor};
 use inband_qwen35::active::ActiveLayer;
 use inband_qwen35::dense::{DenseLayer, DenseState};
-use inband_qwen35::sparse::{GdnState, Scratch, SparseLayer, SumOrder};
+use inband_qwen35::sparse::{GdnState, Reach, Scratch, SparseLayer, SumOrder};
 use inband_qwen35::weights::Mixer;
 use inband_qwen35::{Array, DecoderLayer, LayerType, TextConfig};
 use rand::rngs::StdRng;
@@ -176,7 +176,8 @@ fn silent_heads_leave_the_state_bit_for_bit() {
 /// The activation-sparse step (only nonzero inputs' columns, the prefix columns' fold
 /// kept while they repeat) leaves the hidden state, the GDN state and the conv state bit
 /// for bit as the row-by-row step, on random layers and mostly-zero inputs whose prefix
-/// repeats, changes now and then, and whose other dims come and go.
+/// repeats, changes now and then, and whose other dims come and go; a step that stops
+/// once the state is written leaves the states as the whole step does.
 #[test]
 fn active_steps_are_the_row_steps_bit_for_bit() {
     let c = tiny_config();
@@ -187,8 +188,9 @@ fn active_steps_are_the_row_steps_bit_for_bit() {
         randomize(&mut layer, &mut rng, density);
         let sparse = SparseLayer::new(&layer, &c).unwrap();
         let mut active = ActiveLayer::new(&sparse, prefix).unwrap();
-        let (mut rows, mut fast) = (GdnState::new(&c), GdnState::new(&c));
-        let (mut s1, mut s2) = (Scratch::default(), Scratch::default());
+        let mut state_only = active.clone();
+        let (mut rows, mut fast, mut written) = (GdnState::new(&c), GdnState::new(&c), GdnState::new(&c));
+        let (mut s1, mut s2, mut s3) = (Scratch::default(), Scratch::default(), Scratch::default());
         for step in 0..60 {
             let mut x = vec![0.0f32; c.hidden_size];
             for (i, v) in x.iter_mut().take(prefix).enumerate() {
@@ -198,14 +200,18 @@ fn active_steps_are_the_row_steps_bit_for_bit() {
                 let d = rng.random_range(prefix..c.hidden_size);
                 x[d] = rng.random_range(-3.0..3.0);
             }
-            let mut y = x.clone();
+            let (mut y, mut z) = (x.clone(), x.clone());
             sparse.step(&mut x, &mut rows, &mut s1);
-            active.step(&sparse, &mut y, &mut fast, &mut s2);
+            active.step(&sparse, &mut y, &mut fast, &mut s2, Reach::Residual);
+            state_only.step(&sparse, &mut z, &mut written, &mut s3, Reach::State);
             let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             let at = format!("density {density}, step {step}");
             assert_eq!(bits(&x), bits(&y), "hidden, {at}");
             assert_eq!(bits(&rows.recurrent), bits(&fast.recurrent), "GDN state, {at}");
             assert_eq!(bits(&rows.conv), bits(&fast.conv), "conv state, {at}");
+            // Stopping once the state is written leaves the states as the whole step does.
+            assert_eq!(bits(&rows.recurrent), bits(&written.recurrent), "state only, {at}");
+            assert_eq!(bits(&rows.conv), bits(&written.conv), "state only, {at}");
         }
     }
 }

@@ -5,8 +5,9 @@
 //! The rows are computed with the same layer math as the prefill, so they are the same
 //! bits; the work saved is everything a prefill pass does that leaves no trace:
 //! - a pass runs only through the layers up to the memory its token writes (a staging
-//!   token the first layer, `bc` the ROM's, `bl` its RAM bank's): the layers above hold
-//!   no state a boot token writes;
+//!   token the first layer, `bc` the ROM's, `bl` its RAM bank's), and through that last
+//!   layer only until its state is written: the layers above hold no state a boot token
+//!   writes, and nothing reads the residual the last one would leave;
 //! - a staging token's rows are a function of the token alone (a one-hot key, β and
 //!   the gate 1, so a row is overwritten whatever it held; no conv tap on an earlier
 //!   token in the layers it runs through): computed once per distinct token and kept;
@@ -14,16 +15,19 @@
 //!   layer's conv state as the prefill's last passes leave it;
 //! - the layers step with activation-sparse products ([`inband_qwen35::active`], the
 //!   same bits as the row-by-row products) and report the rows they write, so the
-//!   replay machine is cleared, and its rows collected, without scanning its state.
+//!   replay machine is cleared, and its rows collected, without scanning its state; a
+//!   layer that no conv channel reads a cached input of keeps no conv state.
 //!
 //! `tests/tests/chip_vs_golden.rs` proves the loaded state bit-identical to the prefill
 //! boot's (every GDN row and conv state of every layer) for every example and ISA test.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
+
+use foldhash::{HashMap, HashMapExt};
 
 use inband_firmware::ProgramImage;
 use inband_qwen35::active::ActiveLayer;
-use inband_qwen35::sparse::{GdnState, Scratch, SparseLayer};
+use inband_qwen35::sparse::{GdnState, Reach, Scratch, SparseLayer};
 
 use super::machine::{boot_tokens, rv32im_map, ChipError};
 use super::tokens::kind;
@@ -45,15 +49,50 @@ pub struct BootPlan {
     pub entry: ChipToken,
 }
 
-/// Where a boot wrote: (layer, value head, key row; None: every row of the head).
-type Written = (usize, usize, Option<usize>);
+/// Where a replay wrote: GDN state rows (layer, value head, key row), each listed once,
+/// and whole heads (layer, value head: a decay scales every row).
+struct Written {
+    heads: usize,
+    dk: usize,
+    marked: Vec<bool>,
+    rows: Vec<(usize, usize, usize)>,
+    whole_heads: BTreeSet<(usize, usize)>,
+}
+
+impl Written {
+    fn new(layers: usize, heads: usize, dk: usize) -> Self {
+        Self {
+            heads,
+            dk,
+            marked: vec![false; layers * heads * dk],
+            rows: Vec::new(),
+            whole_heads: BTreeSet::new(),
+        }
+    }
+
+    fn row(&mut self, layer: usize, head: usize, row: usize) {
+        let at = (layer * self.heads + head) * self.dk + row;
+        if !self.marked[at] {
+            self.marked[at] = true;
+            self.rows.push((layer, head, row));
+        }
+    }
+
+    fn clear(&mut self) {
+        for &(layer, head, row) in &self.rows {
+            self.marked[(layer * self.heads + head) * self.dk + row] = false;
+        }
+        self.rows.clear();
+        self.whole_heads.clear();
+    }
+}
 
 /// A machine's memories as the replay leaves them, where it wrote, and its layers'
 /// activation-sparse products (None: the layer sums in an order they do not reproduce,
 /// and steps row by row, its every head counted as written).
 struct Replay {
     states: Vec<GdnState>,
-    written: BTreeSet<Written>,
+    written: Written,
     active: Vec<Option<ActiveLayer>>,
 }
 
@@ -61,51 +100,57 @@ impl Replay {
     /// A fresh machine of `layers`' first layers.
     fn new(config: &inband_qwen35::TextConfig, layers: &[SparseLayer], prefix: usize) -> Self {
         let mut active: Vec<Option<ActiveLayer>> = layers.iter().map(|l| ActiveLayer::new(l, prefix)).collect();
-        active.iter_mut().flatten().for_each(ActiveLayer::state_is_zero);
+        for layer in active.iter_mut().flatten() {
+            layer.state_is_zero();
+            layer.skip_unread_conv_state();
+        }
         Self {
             states: layers.iter().map(|_| GdnState::new(config)).collect(),
-            written: BTreeSet::new(),
+            written: Written::new(layers.len(), config.linear_num_value_heads, config.linear_key_head_dim),
             active,
         }
     }
 
-    /// Runs `hidden` through layer `l` of `layers`, noting what it writes.
-    fn step(&mut self, layers: &[SparseLayer], l: usize, hidden: &mut [f32], scratch: &mut Scratch) {
+    /// Runs `hidden` through layer `l` of `layers` as far as `reach`, noting what it
+    /// writes.
+    fn step(&mut self, layers: &[SparseLayer], l: usize, hidden: &mut [f32], scratch: &mut Scratch, reach: Reach) {
         let state = &mut self.states[l];
         match self.active[l].as_mut() {
             Some(active) => {
                 active.written.clear();
-                active.step(&layers[l], hidden, state, scratch);
-                self.written.extend(active.written.iter().map(|&(h, r)| (l, h, r)));
+                active.step(&layers[l], hidden, state, scratch, reach);
+                for &(head, row) in &active.written {
+                    match row {
+                        Some(row) => self.written.row(l, head, row),
+                        None => {
+                            self.written.whole_heads.insert((l, head));
+                        }
+                    }
+                }
             }
             None => {
                 layers[l].step(hidden, state, scratch);
                 let heads = layers[l].config.linear_num_value_heads;
-                self.written.extend((0..heads).map(|h| (l, h, None)));
+                self.written.whole_heads.extend((0..heads).map(|h| (l, h)));
             }
         }
     }
 
     /// Every row written (a whole head: its nonzero rows), in (layer, head, row) order.
     fn rows(&self, dk: usize, dv: usize) -> Vec<MemoryRow> {
-        let mut rows = Vec::new();
-        for &(layer, head, row) in &self.written {
-            let wanted: Vec<usize> = match row {
-                Some(r) => vec![r],
-                None => (0..dk).collect(),
-            };
-            for r in wanted {
-                let at = (head * dk + r) * dv;
-                let values = &self.states[layer].recurrent[at..at + dv];
-                if row.is_some() || values.iter().any(|v| v.to_bits() != 0) {
-                    rows.push(MemoryRow {
-                        layer,
-                        head,
-                        row: r,
-                        values: values.to_vec(),
-                    });
-                }
+        let row = |layer: usize, head: usize, r: usize| {
+            let at = (head * dk + r) * dv;
+            MemoryRow {
+                layer,
+                head,
+                row: r,
+                values: self.states[layer].recurrent[at..at + dv].to_vec(),
             }
+        };
+        let mut rows: Vec<MemoryRow> = self.written.rows.iter().map(|&(l, h, r)| row(l, h, r)).collect();
+        for &(layer, head) in &self.written.whole_heads {
+            let nonzero = (0..dk).map(|r| row(layer, head, r));
+            rows.extend(nonzero.filter(|m| m.values.iter().any(|v| v.to_bits() != 0)));
         }
         rows.sort_by_key(|r| (r.layer, r.head, r.row));
         rows.dedup_by_key(|r| (r.layer, r.head, r.row));
@@ -114,12 +159,12 @@ impl Replay {
 
     /// Back to all zeros (only what was written is cleared).
     fn clear(&mut self, dk: usize, dv: usize) {
-        for &(layer, head, row) in &self.written {
-            let rows = match row {
-                Some(r) => r..r + 1,
-                None => 0..dk,
-            };
-            self.states[layer].recurrent[(head * dk + rows.start) * dv..(head * dk + rows.end) * dv].fill(0.0);
+        for &(layer, head, row) in &self.written.rows {
+            let at = (head * dk + row) * dv;
+            self.states[layer].recurrent[at..at + dv].fill(0.0);
+        }
+        for &(layer, head) in &self.written.whole_heads {
+            self.states[layer].recurrent[head * dk * dv..(head + 1) * dk * dv].fill(0.0);
         }
         self.written.clear();
         for state in &mut self.states {
@@ -140,7 +185,9 @@ pub struct BootLoader<'a> {
     staging_top: usize,
     /// A staging token's rows may be kept (no conv tap on earlier tokens below them).
     keep_staged: bool,
-    staged: HashMap<ChipToken, Vec<MemoryRow>>,
+    /// Each staging token's rows, found once: the token's index into `staged_rows`.
+    staged: HashMap<ChipToken, usize>,
+    staged_rows: Vec<Vec<MemoryRow>>,
     /// The machine a plan replays in, and the one a staging token's rows are found in.
     replay: Replay,
     probe: Replay,
@@ -178,9 +225,7 @@ impl<'a> BootLoader<'a> {
         let keep_staged = layers[..=staging_top]
             .iter()
             .all(|l| l.live_channels.iter().all(|&ch| !l.has_delayed_taps(ch)));
-        // The anchors come first among the chip's dims, nonzero on every pass.
-        let spec = &model.spec;
-        let prefix = spec.hidden + spec.anchors.iter().map(|(d, _)| d + 1).max().unwrap_or(0);
+        let prefix = model.spec.anchor_prefix();
         let rom_layer = layer_of("rom")?;
         let top = rom_layer
             .max(staging_top)
@@ -193,6 +238,7 @@ impl<'a> BootLoader<'a> {
             staging_top,
             keep_staged,
             staged: HashMap::new(),
+            staged_rows: Vec::new(),
             replay: Replay::new(&model.config, &layers[..=top], prefix),
             probe: Replay::new(&model.config, &layers[..=staging_top], prefix),
         })
@@ -211,10 +257,11 @@ impl<'a> BootLoader<'a> {
         let mut scratch = Scratch::default();
         for t in &tokens {
             if t.kind == kind::BP && self.keep_staged {
-                for r in self.staged_rows(t, &mut scratch) {
+                let staged = self.staged(t, &mut scratch);
+                for r in &self.staged_rows[staged] {
                     let at = (r.head * dk + r.row) * dv;
                     replay.states[r.layer].recurrent[at..at + dv].copy_from_slice(&r.values);
-                    replay.written.insert((r.layer, r.head, Some(r.row)));
+                    replay.written.row(r.layer, r.head, r.row);
                 }
             } else {
                 self.step(t, self.last_layer(t), &mut replay, &mut scratch);
@@ -240,28 +287,33 @@ impl<'a> BootLoader<'a> {
         }
     }
 
-    /// Runs `t` through layers 0..=last of `replay`.
+    /// Runs `t` through layers 0..=last of `replay`: the last only until its state is
+    /// written (no layer above reads the residual it would leave).
     fn step(&self, t: &ChipToken, last: usize, replay: &mut Replay, scratch: &mut Scratch) {
         let mut hidden = self.model.spec.residual(t);
-        for l in 0..=last.min(replay.states.len() - 1) {
-            replay.step(self.layers, l, &mut hidden, scratch);
+        let last = last.min(replay.states.len() - 1);
+        for l in 0..=last {
+            let reach = if l == last { Reach::State } else { Reach::Residual };
+            replay.step(self.layers, l, &mut hidden, scratch, reach);
         }
     }
 
-    /// The rows a staging token writes (found on a fresh machine the first time).
-    fn staged_rows(&mut self, t: &ChipToken, scratch: &mut Scratch) -> &[MemoryRow] {
-        if !self.staged.contains_key(t) {
-            let (dk, dv) = (
-                self.model.config.linear_key_head_dim,
-                self.model.config.linear_value_head_dim,
-            );
-            let mut probe = std::mem::replace(&mut self.probe, Replay::new(&self.model.config, &[], 0));
-            self.step(t, self.staging_top, &mut probe, scratch);
-            let rows = probe.rows(dk, dv);
-            probe.clear(dk, dv);
-            self.probe = probe;
-            self.staged.insert(t.clone(), rows);
+    /// The index in `staged_rows` of the rows a staging token writes (found on a fresh
+    /// machine the first time).
+    fn staged(&mut self, t: &ChipToken, scratch: &mut Scratch) -> usize {
+        if let Some(&at) = self.staged.get(t) {
+            return at;
         }
-        &self.staged[t]
+        let (dk, dv) = (
+            self.model.config.linear_key_head_dim,
+            self.model.config.linear_value_head_dim,
+        );
+        let mut probe = std::mem::replace(&mut self.probe, Replay::new(&self.model.config, &[], 0));
+        self.step(t, self.staging_top, &mut probe, scratch);
+        self.staged_rows.push(probe.rows(dk, dv));
+        probe.clear(dk, dv);
+        self.probe = probe;
+        self.staged.insert(t.clone(), self.staged_rows.len() - 1);
+        self.staged_rows.len() - 1
     }
 }
