@@ -7,6 +7,7 @@
 use candle_core::{Device, Tensor};
 use inband_qwen35::active::ActiveLayer;
 use inband_qwen35::dense::{DenseLayer, DenseState};
+use inband_qwen35::index_set::IndexSet;
 use inband_qwen35::sparse::{GdnState, Reach, Scratch, SparseLayer, SumOrder};
 
 use crate::model::{ChipLayers, ChipModel};
@@ -254,7 +255,7 @@ impl<'a> ChipRunner<'a> {
             );
             let at = (r.head * dk + r.row) * dv;
             states[0][r.layer].recurrent[at..at + dv].copy_from_slice(&r.values);
-            dirty[0][r.layer].row(r.head * dk + r.row);
+            dirty[0][r.layer].rows.insert(r.head * dk + r.row);
         }
         self.hidden.clear();
         Ok(())
@@ -268,9 +269,8 @@ impl<'a> ChipRunner<'a> {
 struct DirtyRows {
     /// Every row (a step that does not say where it wrote).
     all: bool,
-    marked: Vec<bool>,
-    /// Rows (value head · dk + key row), each listed once.
-    rows: Vec<usize>,
+    /// Rows (value head · dk + key row).
+    rows: IndexSet,
 }
 
 impl DirtyRows {
@@ -278,15 +278,7 @@ impl DirtyRows {
     fn new(rows: usize) -> Self {
         Self {
             all: false,
-            marked: vec![false; rows],
-            rows: Vec::new(),
-        }
-    }
-
-    fn row(&mut self, row: usize) {
-        if !self.marked[row] {
-            self.marked[row] = true;
-            self.rows.push(row);
+            rows: IndexSet::new(rows),
         }
     }
 
@@ -294,8 +286,8 @@ impl DirtyRows {
     fn wrote(&mut self, written: &[(usize, Option<usize>)], dk: usize) {
         for &(head, row) in written {
             match row {
-                Some(row) => self.row(head * dk + row),
-                None => (head * dk..(head + 1) * dk).for_each(|r| self.row(r)),
+                Some(row) => self.rows.insert(head * dk + row),
+                None => (head * dk..(head + 1) * dk).for_each(|r| self.rows.insert(r)),
             }
         }
     }
@@ -305,12 +297,9 @@ impl DirtyRows {
         if self.all {
             recurrent.fill(0.0);
         } else {
-            for &r in &self.rows {
+            for &r in self.rows.as_slice() {
                 recurrent[r * dv..(r + 1) * dv].fill(0.0);
             }
-        }
-        for &r in &self.rows {
-            self.marked[r] = false;
         }
         self.rows.clear();
         self.all = false;

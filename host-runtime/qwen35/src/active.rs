@@ -15,6 +15,7 @@
 //! most of them anchors: a step costs a few hundred multiply-adds and a few copies of
 //! kept vectors. The CPU engine and the boot loader step with these products.
 
+use crate::index_set::IndexSet;
 use crate::scalar::silu;
 use crate::sparse::{nonzero_dims, GdnState, Products, Reach, Scratch, SparseLayer, SparseMatrix, SumOrder};
 
@@ -64,37 +65,6 @@ impl Columns {
     }
 }
 
-/// Rows touched since the last reset, each listed once.
-#[derive(Debug, Clone)]
-struct Touched {
-    list: Vec<usize>,
-    mark: Vec<bool>,
-}
-
-impl Touched {
-    fn new(rows: usize) -> Self {
-        Self {
-            list: Vec::new(),
-            mark: vec![false; rows],
-        }
-    }
-
-    #[inline]
-    fn touch(list: &mut Vec<usize>, mark: &mut [bool], r: usize) {
-        if !mark[r] {
-            mark[r] = true;
-            list.push(r);
-        }
-    }
-
-    fn clear(&mut self) {
-        for &r in &self.list {
-            self.mark[r] = false;
-        }
-        self.list.clear();
-    }
-}
-
 /// Row sums of one matrix times a mostly-zero vector, the prefix columns' fold kept.
 #[derive(Debug, Clone)]
 struct Sums {
@@ -106,7 +76,7 @@ struct Sums {
     kept: Vec<f32>,
     sums: Vec<f32>,
     /// Rows that inputs past the prefix reached: their sums differ from the kept ones.
-    touched: Touched,
+    touched: IndexSet,
 }
 
 impl Sums {
@@ -118,18 +88,17 @@ impl Sums {
             folded: false,
             kept: vec![0.0; m.rows],
             sums: vec![0.0; m.rows],
-            touched: Touched::new(m.rows),
+            touched: IndexSet::new(m.rows),
         }
     }
 
     /// Every row's sum with `x` (nonzero at most at `nonzero`, ascending); returns true
     /// when the prefix inputs changed (the kept sums were folded again).
     fn compute(&mut self, x: &[f32], nonzero: &[u32]) -> bool {
-        for &r in &self.touched.list {
+        for &r in self.touched.as_slice() {
             self.sums[r] = self.kept[r];
-            self.touched.mark[r] = false;
         }
-        self.touched.list.clear();
+        self.touched.clear();
         let split = nonzero.partition_point(|&c| (c as usize) < self.prefix);
         let key = inputs(x, &nonzero[..split]).map(|(c, v)| (c, v.to_bits()));
         let refolded = !self.folded || !self.key.iter().copied().eq(key.clone());
@@ -143,10 +112,9 @@ impl Sums {
             self.sums.copy_from_slice(&self.kept);
             self.folded = true;
         }
-        let Touched { list, mark } = &mut self.touched;
+        let touched = &mut self.touched;
         for (c, v) in inputs(x, &nonzero[split..]) {
-            self.columns
-                .add(c, v, &mut self.sums, |r| Touched::touch(list, mark, r));
+            self.columns.add(c, v, &mut self.sums, |r| touched.insert(r));
         }
         refolded
     }
@@ -182,7 +150,7 @@ pub struct ActiveLayer {
     down_rows: Vec<usize>,
     /// Accumulators of out_proj and down (zero between uses) and the rows they reached.
     acc: Vec<f32>,
-    acc_touched: Touched,
+    acc_touched: IndexSet,
     /// The nonzero inputs of out_proj or down.
     inputs: Vec<u32>,
     /// The GDN state rows (value head, key row; None: the whole head) the steps since it
@@ -227,7 +195,7 @@ impl ActiveLayer {
             down: Columns::of(&layer.down, &nonempty(&layer.down)),
             down_rows: nonempty(&layer.down),
             acc: vec![0.0; hidden],
-            acc_touched: Touched::new(hidden),
+            acc_touched: IndexSet::new(hidden),
             inputs: Vec::new(),
             written: Vec::new(),
             zero_heads: vec![false; layer.config.linear_num_value_heads],
@@ -273,16 +241,15 @@ impl ActiveLayer {
         hidden: &mut [f32],
     ) {
         let mut acc = std::mem::take(&mut self.acc);
-        let mut touched = std::mem::replace(&mut self.acc_touched, Touched::new(0));
-        let Touched { list, mark } = &mut touched;
+        let mut touched = std::mem::replace(&mut self.acc_touched, IndexSet::new(0));
         nonzero_dims(x, &mut self.inputs);
         for &c in &self.inputs {
-            columns_of(self).add(c as usize, x[c as usize], &mut acc, |r| Touched::touch(list, mark, r));
+            columns_of(self).add(c as usize, x[c as usize], &mut acc, |r| touched.insert(r));
         }
         for &r in rows_of(self) {
             hidden[r] += acc[r];
         }
-        for &r in &touched.list {
+        for &r in touched.as_slice() {
             acc[r] = 0.0;
         }
         touched.clear();
@@ -311,7 +278,7 @@ impl Products for ActiveLayer {
         // kept_y is +0 at every channel that is not live; the qkv sums are `mixed`.
         let mixed = &self.qkv.sums;
         y.copy_from_slice(&self.kept_y);
-        for &ch in &self.qkv.touched.list {
+        for &ch in self.qkv.touched.as_slice() {
             if !self.is_delayed[ch] {
                 y[ch] = silu(l.conv_input_undelayed(ch, mixed[ch]));
             }
@@ -337,7 +304,7 @@ impl Products for ActiveLayer {
         let rows = first..first + gates.len();
         gates.copy_from_slice(&self.kept_silu_z[rows.clone()]);
         for (g, r) in gates.iter_mut().zip(rows) {
-            if self.z.touched.mark[r] {
+            if self.z.touched.contains(r) {
                 *g = silu(self.z.sums[r]);
             }
         }
@@ -356,7 +323,7 @@ impl Products for ActiveLayer {
         }
         // kept_neurons is +0 at every neuron that is not live.
         neurons.copy_from_slice(&self.kept_neurons);
-        for &n in self.gate.touched.list.iter().chain(&self.up.touched.list) {
+        for &n in self.gate.touched.as_slice().iter().chain(self.up.touched.as_slice()) {
             neurons[n] = silu(self.gate.sums[n]) * self.up.sums[n];
         }
         self.add_products(|a| &a.down, |a| &a.down_rows, neurons, hidden);

@@ -11,12 +11,15 @@
 //! - [`weights`]: decoder-layer tensors in host memory, named as in a checkpoint;
 //! - [`scalar`]: the elementwise functions (silu, sigmoid, softplus, norms) in f32;
 //! - [`dense`]: every layer type on candle tensors (CPU; CUDA with candle's feature);
-//! - [`sparse`]: GDN layers on CSR matrices, skipping what provably contributes nothing.
+//! - [`sparse`]: GDN layers on CSR matrices, skipping what provably contributes nothing;
+//! - [`active`]: their activation-sparse products (only the weights whose input is nonzero);
+//! - [`index_set`]: indices each listed once, cleared at the cost of what was inserted.
 
 pub mod active;
 pub mod checkpoint;
 pub mod config;
 pub mod dense;
+pub mod index_set;
 pub mod model;
 pub mod presets;
 pub mod scalar;

@@ -27,6 +27,7 @@ use foldhash::{HashMap, HashMapExt};
 
 use inband_firmware::ProgramImage;
 use inband_qwen35::active::ActiveLayer;
+use inband_qwen35::index_set::IndexSet;
 use inband_qwen35::sparse::{GdnState, Reach, Scratch, SparseLayer};
 
 use super::machine::{boot_tokens, rv32im_map, ChipError};
@@ -49,13 +50,13 @@ pub struct BootPlan {
     pub entry: ChipToken,
 }
 
-/// Where a replay wrote: GDN state rows (layer, value head, key row), each listed once,
-/// and whole heads (layer, value head: a decay scales every row).
+/// Where a replay wrote: GDN state rows (each listed once) and whole heads (layer,
+/// value head: a decay scales every row).
 struct Written {
     heads: usize,
     dk: usize,
-    marked: Vec<bool>,
-    rows: Vec<(usize, usize, usize)>,
+    /// Rows by (layer · heads + value head) · dk + key row.
+    rows: IndexSet,
     whole_heads: BTreeSet<(usize, usize)>,
 }
 
@@ -64,24 +65,25 @@ impl Written {
         Self {
             heads,
             dk,
-            marked: vec![false; layers * heads * dk],
-            rows: Vec::new(),
+            rows: IndexSet::new(layers * heads * dk),
             whole_heads: BTreeSet::new(),
         }
     }
 
     fn row(&mut self, layer: usize, head: usize, row: usize) {
-        let at = (layer * self.heads + head) * self.dk + row;
-        if !self.marked[at] {
-            self.marked[at] = true;
-            self.rows.push((layer, head, row));
-        }
+        self.rows.insert((layer * self.heads + head) * self.dk + row);
+    }
+
+    /// The rows written, as (layer, value head, key row).
+    fn rows(&self) -> impl Iterator<Item = (usize, usize, usize)> + '_ {
+        let per_layer = self.heads * self.dk;
+        self.rows
+            .as_slice()
+            .iter()
+            .map(move |&i| (i / per_layer, i % per_layer / self.dk, i % self.dk))
     }
 
     fn clear(&mut self) {
-        for &(layer, head, row) in &self.rows {
-            self.marked[(layer * self.heads + head) * self.dk + row] = false;
-        }
         self.rows.clear();
         self.whole_heads.clear();
     }
@@ -147,7 +149,7 @@ impl Replay {
                 values: self.states[layer].recurrent[at..at + dv].to_vec(),
             }
         };
-        let mut rows: Vec<MemoryRow> = self.written.rows.iter().map(|&(l, h, r)| row(l, h, r)).collect();
+        let mut rows: Vec<MemoryRow> = self.written.rows().map(|(l, h, r)| row(l, h, r)).collect();
         for &(layer, head) in &self.written.whole_heads {
             let nonzero = (0..dk).map(|r| row(layer, head, r));
             rows.extend(nonzero.filter(|m| m.values.iter().any(|v| v.to_bits() != 0)));
@@ -159,7 +161,7 @@ impl Replay {
 
     /// Back to all zeros (only what was written is cleared).
     fn clear(&mut self, dk: usize, dv: usize) {
-        for &(layer, head, row) in &self.written.rows {
+        for (layer, head, row) in self.written.rows() {
             let at = (head * dk + row) * dv;
             self.states[layer].recurrent[at..at + dv].fill(0.0);
         }
