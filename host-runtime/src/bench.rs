@@ -26,13 +26,12 @@ pub fn bench(
     against_reference: bool,
     toolchain: Option<&Path>,
 ) -> anyhow::Result<()> {
-    let defaults = default_programs();
-    let programs = if programs.is_empty() { &defaults[..] } else { programs };
+    let programs = programs_or_defaults(programs);
     let chip = source.open()?;
     println!("| program | device | instructions | forward passes | passes/instruction | steps/s | instructions/s |");
     println!("|---|---|---|---|---|---|---|");
     let (mut ratios, mut causes) = (Vec::new(), Vec::new());
-    for path in programs {
+    for path in &programs {
         let name = path
             .file_stem()
             .map(|s| s.to_string_lossy())
@@ -53,8 +52,11 @@ pub fn bench(
     Ok(())
 }
 
-/// The programs a bench runs when none is named.
-fn default_programs() -> Vec<PathBuf> {
+/// `programs`, or the ones a bench runs when none is named.
+fn programs_or_defaults(programs: &[PathBuf]) -> Vec<PathBuf> {
+    if !programs.is_empty() {
+        return programs.to_vec();
+    }
     ["hello", "strings", "int64"]
         .iter()
         .map(|p| PathBuf::from(format!("firmware/examples/{p}.c")))
@@ -73,12 +75,11 @@ pub fn bench_boot(
     device: vm::Device,
     toolchain: Option<&Path>,
 ) -> anyhow::Result<()> {
-    let defaults = default_programs();
-    let programs = if programs.is_empty() { &defaults[..] } else { programs };
+    let programs = programs_or_defaults(programs);
     let chip = source.open()?;
     println!("| program | device | prefill passes | load, first (ms) | load, warm (ms, median of {WARM_BOOTS}) | prefill (ms) |");
     println!("|---|---|---|---|---|---|");
-    for path in programs {
+    for path in &programs {
         let name = path.file_stem().map(|s| s.to_string_lossy()).unwrap_or_default();
         let image = program::load_program(path, toolchain)?;
         let mut vm = vm::Vm::new(&chip, device)?;
