@@ -29,6 +29,11 @@
 #                 CUDA): `[C: 847*293]` and `[C: 12345*6789]`, forced tokens
 #   inband-euler10  the same with Euler #10 as a ```c block
 #   fib           fib inside the spliced checkpoint on CUDA
+#   batch         the ISA suite and every example as one batch on CUDA (inband run --batch
+#                 --verify: each compared with golden); hello's, strings' and int64's first
+#                 machines' token streams vs the CPU engine's single-stream ones; a batch
+#                 mixing exits, an exit code, traps and an exhausted budget; the scaling
+#                 table (inband bench --batch max); BATCH_THREADS sets the threads per machine
 #   untouched     tests/tests/inband_exec.rs (carried as .gpu/bin/inband_exec), its
 #                 code regions on CUDA, Qwen's layers on the CPU then on CUDA: Qwen's caches
 #                 end as if the VM had never run
@@ -187,7 +192,7 @@ for section in "${SECTIONS[@]}"; do
         ;;
     inband)
         G=(--model "$W/spliced" --device cuda --vm-device cuda --stats --max-tokens 4 --prompt "$PROMPT")
-        # Two regions on one resident engine: the first also makes the engine.
+        # Two regions in the forced text: they run as one batch (a machine each).
         step 200 $B/inband generate "${G[@]}" --force "Question: 847*293? Answer: [C: 847*293]. And 12345*6789? [C: 12345*6789]"
         ;;
     inband-euler10)
@@ -195,6 +200,25 @@ for section in "${SECTIONS[@]}"; do
         # Euler #10 as a model would write it: the example without its header comment.
         fence=$(printf '```c\n%s\n```\n' "$(grep -v -E '^ ?(/\*| \*)' firmware/examples/euler10.c)")
         step 590 $B/inband generate "${G[@]}" --max-region-seconds 560 --force "$fence"
+        ;;
+    batch)
+        T=(${BATCH_THREADS:+env INBAND_BATCH_THREADS=$BATCH_THREADS})
+        all=()
+        for p in alu_imm alu_rr branch jump memory upper muldiv hello strings int64 sort structures fib euler10; do
+            all+=("$E/$p.elf")
+        done
+        step 400 "${T[@]}" $B/inband run "${M[@]}" --batch --verify --stats --trace "$OUT/batch" "${all[@]}"
+        for p in hello strings int64; do
+            if zcat .gpu/trace/$p.load.trace.gz | cmp -s - "$OUT/batch/$p.trace"; then
+                echo "   $p (first machine of the batch): token stream identical to the CPU engine's single stream" >>"$LOG"
+            else
+                echo "   $p (first machine of the batch): TOKEN STREAM DIFFERS from the CPU engine's single stream" >>"$LOG"
+            fi
+        done
+        # Every way a run ends, side by side: only the runaway meets the budget.
+        step 60 "${T[@]}" $B/inband run "${M[@]}" --batch --verify --stats --max-instructions 50000 $E/hello.elf \
+            $E/runaway.elf $E/exit_code.elf $E/illegal_instruction.elf $E/misaligned_load.elf $E/upper.elf
+        step 400 "${T[@]}" $B/inband bench "${M[@]:2}" --batch ${BATCH_MACHINES:-max} $E/hello.elf $E/strings.elf
         ;;
     untouched)
         INBAND_VM_DEVICE=cuda step 200 .gpu/bin/inband_exec --nocapture

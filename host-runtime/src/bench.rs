@@ -14,7 +14,7 @@ use crate::program;
 use crate::vm::{self, ChipSource};
 
 /// Instructions a bench program may retire.
-const BENCH_BUDGET: u64 = 4_000_000_000;
+pub(crate) const BENCH_BUDGET: u64 = 4_000_000_000;
 
 /// Runs each program in the chip (and on the golden engine, for its output) and prints a
 /// table; with `against_reference`, each program also on the reference CUDA kernel, with
@@ -53,7 +53,7 @@ pub fn bench(
 }
 
 /// `programs`, or the ones a bench runs when none is named.
-fn programs_or_defaults(programs: &[PathBuf]) -> Vec<PathBuf> {
+pub fn programs_or_defaults(programs: &[PathBuf]) -> Vec<PathBuf> {
     if !programs.is_empty() {
         return programs.to_vec();
     }
@@ -112,7 +112,7 @@ pub fn bench_boot(
 }
 
 /// A device as the tables name it.
-fn device_name(device: vm::Device) -> String {
+pub(crate) fn device_name(device: vm::Device) -> String {
     match device {
         vm::Device::Cpu => "cpu".to_string(),
         vm::Device::Cuda(n, vm::CudaKernel::Sparse) => format!("cuda:{n}"),

@@ -15,9 +15,12 @@
 
 use std::cell::RefCell;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Instant;
 
-use inband_chip::ChipModel;
+use inband_chip::rv32im::batch::{run_batch, BatchOptions, Job};
+use inband_chip::rv32im::load::BootLoader;
+use inband_chip::{BatchEngine, ChipModel};
 use inband_firmware::sandbox::REGION_LIMITS;
 use inband_firmware::{load_elf, Flavor, Toolchain};
 use inband_golden::RunEnd;
@@ -121,8 +124,57 @@ pub struct Executor<'a> {
     pub max_output: usize,
     /// Print each region's timing line on stderr as soon as it has run (`--stats`).
     pub report: bool,
-    /// The chip's engine, made by the first region and kept (`Default::default()`).
-    pub resident: RefCell<Option<vm::Vm<'a>>>,
+    /// The chip's engines, made by the first region (or batch of regions) that needs
+    /// them and kept (`Default::default()`).
+    pub resident: RefCell<Resident<'a>>,
+}
+
+/// What an [`Executor`] keeps between regions.
+#[derive(Default)]
+pub struct Resident<'a> {
+    /// The single-stream engine and its boot loader.
+    vm: Option<vm::Vm<'a>>,
+    /// The batch engine (regions pending at once) and its boot loader.
+    batch: Option<(Box<dyn BatchEngine + 'a>, BootLoader<'a>)>,
+}
+
+/// Machines of the batch engine regions pending at once run in (more wait for a free one).
+const REGION_MACHINES: usize = 8;
+/// Passes per round of that batch: its wall-clock limit is checked between rounds.
+const REGION_PASSES_PER_ROUND: usize = 1024;
+
+/// A region compiled (or not) and waiting to run.
+struct Compiled {
+    is_expression: bool,
+    execution: Execution,
+    /// None when it did not compile (`execution.injected` says why).
+    image: Option<inband_firmware::ProgramImage>,
+}
+
+/// How a region's program ran.
+struct Outcome {
+    end: RunEnd,
+    timed_out: bool,
+    retired: u64,
+    passes: u64,
+    console: Vec<u8>,
+    load_seconds: f64,
+    run_seconds: f64,
+}
+
+/// A region's result as the text injected after it: after an expression ` = value`,
+/// after a block an ```` ```output ```` block.
+fn wrap(is_expression: bool, body: &str) -> String {
+    if is_expression {
+        format!(" = {body}")
+    } else {
+        let body = if body.ends_with('\n') || body.is_empty() {
+            body.to_string()
+        } else {
+            format!("{body}\n")
+        };
+        format!("\n```output\n{body}```\n")
+    }
 }
 
 /// What a `[C: expr]` program writes first: its value's type, one byte.
@@ -253,57 +305,114 @@ impl<'a> Executor<'a> {
     }
 
     fn execute_quietly(&self, region: &Region) -> Execution {
+        let mut compiled = self.compile_region(region);
+        if let Some(image) = compiled.image.take() {
+            let mut console = Vec::new();
+            let outcome = self
+                .run(&image, &mut console, &mut compiled.execution)
+                .map(|run| Outcome {
+                    end: run.end,
+                    timed_out: run.timed_out,
+                    retired: run.counts.retired,
+                    passes: run.counts.passes,
+                    console,
+                    load_seconds: run.boot_seconds,
+                    run_seconds: run.run_seconds,
+                })
+                .map_err(|e| e.to_string());
+            self.inject(&mut compiled, outcome);
+        }
+        compiled.execution
+    }
+
+    /// Runs `regions` together: each compiled on its own, then all booted into the
+    /// machines of one batch (a GPU steps them in one launch) and run at once; returns
+    /// what to inject after each, in order. Their timing lines (`report`) say so.
+    pub fn execute_all(&self, regions: &[Region]) -> Vec<Execution> {
+        if regions.len() < 2 {
+            return regions.iter().map(|r| self.execute(r)).collect();
+        }
+        let mut compiled: Vec<Compiled> = regions.iter().map(|r| self.compile_region(r)).collect();
+        let ready: Vec<usize> = (0..compiled.len()).filter(|&i| compiled[i].image.is_some()).collect();
+        let jobs: Vec<Job> = ready
+            .iter()
+            .map(|&i| Job {
+                image: Arc::new(compiled[i].image.take().expect("filtered")),
+                budget: self.limits.instructions,
+            })
+            .collect();
+        match self.run_together(&jobs) {
+            Ok((outcomes, engine_seconds)) => {
+                for (&i, outcome) in ready.iter().zip(outcomes) {
+                    compiled[i].execution.engine_seconds = engine_seconds;
+                    self.inject(&mut compiled[i], outcome);
+                }
+            }
+            Err(e) => {
+                for &i in &ready {
+                    self.inject(&mut compiled[i], Err(e.to_string()));
+                }
+            }
+        }
+        let executions: Vec<Execution> = compiled.into_iter().map(|c| c.execution).collect();
+        if self.report {
+            for (region, execution) in regions.iter().zip(&executions) {
+                eprintln!(
+                    "\n{} (one batch of {} regions)",
+                    execution.summary(region),
+                    regions.len()
+                );
+            }
+        }
+        executions
+    }
+
+    /// Compiles `region`'s program (the expression's, or the block itself).
+    fn compile_region(&self, region: &Region) -> Compiled {
         let (source, is_expression) = match region {
             Region::Expression(e) => (expression_program(e), true),
             Region::Program(code) => (code.clone(), false),
         };
-        let wrap = |body: &str| -> String {
-            if is_expression {
-                format!(" = {body}")
-            } else {
-                let body = if body.ends_with('\n') || body.is_empty() {
-                    body.to_string()
-                } else {
-                    format!("{body}\n")
-                };
-                format!("\n```output\n{body}```\n")
-            }
-        };
-        let mut execution = Execution {
-            injected: String::new(),
-            compile_seconds: 0.0,
-            engine_seconds: 0.0,
-            load_seconds: 0.0,
-            run_seconds: 0.0,
-            instructions: 0,
-            forward_passes: 0,
+        let mut compiled = Compiled {
+            is_expression,
+            execution: Execution {
+                injected: String::new(),
+                compile_seconds: 0.0,
+                engine_seconds: 0.0,
+                load_seconds: 0.0,
+                run_seconds: 0.0,
+                instructions: 0,
+                forward_passes: 0,
+            },
+            image: None,
         };
         if !is_expression && !source.contains("main") {
-            execution.injected = wrap("error: the code block has no main()");
-            return execution;
+            compiled.execution.injected = wrap(is_expression, "error: the code block has no main()");
+            return compiled;
         }
         let start = Instant::now();
-        let image = match self.compile(&source) {
-            Ok(image) => image,
-            Err(message) => {
-                execution.compile_seconds = start.elapsed().as_secs_f64();
-                execution.injected = wrap(&message);
-                return execution;
-            }
-        };
-        execution.compile_seconds = start.elapsed().as_secs_f64();
-        let mut console = Vec::new();
-        let body = match self.run(&image, &mut console, &mut execution) {
+        match self.compile(&source) {
+            Ok(image) => compiled.image = Some(image),
+            Err(message) => compiled.execution.injected = wrap(is_expression, &message),
+        }
+        compiled.execution.compile_seconds = start.elapsed().as_secs_f64();
+        compiled
+    }
+
+    /// Sets what to inject after a region from how its program ran (or why it could not).
+    fn inject(&self, compiled: &mut Compiled, outcome: Result<Outcome, String>) {
+        let (is_expression, execution) = (compiled.is_expression, &mut compiled.execution);
+        let body = match outcome {
             Ok(run) => {
-                execution.load_seconds = run.boot_seconds;
+                execution.load_seconds = run.load_seconds;
                 execution.run_seconds = run.run_seconds;
-                execution.instructions = run.counts.retired;
-                execution.forward_passes = run.counts.passes;
+                execution.instructions = run.retired;
+                execution.forward_passes = run.passes;
                 let value = match (is_expression, &run.end) {
-                    (true, RunEnd::Exited(0)) => expression_value(&console),
+                    (true, RunEnd::Exited(0)) => expression_value(&run.console),
                     _ => None,
                 };
-                let out = capped(&console, self.max_output);
+                let out = capped(&run.console, self.max_output);
                 match run.end {
                     RunEnd::Exited(0) if value.is_some() => {
                         capped(value.unwrap_or_default().as_bytes(), self.max_output)
@@ -315,7 +424,7 @@ impl<'a> Executor<'a> {
                         "{out}{}error: time limit reached ({} s, {} instructions run)",
                         sep(&out),
                         self.limits.wall.map_or(0.0, |w| w.as_secs_f64()),
-                        run.counts.retired
+                        run.retired
                     ),
                     RunEnd::BudgetExhausted { .. } => format!(
                         "{out}{}error: instruction budget exhausted ({} instructions)",
@@ -326,8 +435,46 @@ impl<'a> Executor<'a> {
             }
             Err(e) => format!("error: the VM failed: {e}"),
         };
-        execution.injected = wrap(if is_expression { body.trim_end() } else { &body });
-        execution
+        execution.injected = wrap(is_expression, if is_expression { body.trim_end() } else { &body });
+    }
+
+    /// Runs `jobs` as one batch on the resident batch engine (made now if there is none
+    /// yet: then its making's seconds come back with the outcomes, else 0).
+    fn run_together(&self, jobs: &[Job]) -> anyhow::Result<(Vec<Result<Outcome, String>>, f64)> {
+        let mut resident = self.resident.borrow_mut();
+        let mut made_in = 0.0;
+        if resident.batch.is_none() {
+            let start = Instant::now();
+            let engine = crate::batch::engine(self.chip, self.device, REGION_MACHINES)?;
+            resident.batch = Some((engine, BootLoader::new(self.chip)?));
+            made_in = start.elapsed().as_secs_f64();
+        }
+        let (engine, loader) = resident.batch.as_mut().expect("made above");
+        let options = BatchOptions {
+            passes_per_round: REGION_PASSES_PER_ROUND,
+            trace: false,
+            wall: self.limits.wall,
+        };
+        let start = Instant::now();
+        let (results, stats) = run_batch(self.chip, engine.as_mut(), loader, jobs, options, |_, _| {})?;
+        // The batch's boots and rounds are shared: each region is given the whole.
+        let run_seconds = start.elapsed().as_secs_f64() - stats.boot_seconds;
+        let outcomes = results
+            .into_iter()
+            .map(|r| {
+                r.map(|r| Outcome {
+                    end: r.end,
+                    timed_out: r.timed_out,
+                    retired: r.counts.retired,
+                    passes: r.counts.passes,
+                    console: r.console,
+                    load_seconds: stats.boot_seconds,
+                    run_seconds,
+                })
+                .map_err(|e| e.to_string())
+            })
+            .collect();
+        Ok((outcomes, made_in))
     }
 
     /// Makes the resident engine and compiles the C runtime now, so that no region pays
@@ -362,12 +509,12 @@ impl<'a> Executor<'a> {
         made_in: &mut f64,
     ) -> Result<std::cell::RefMut<'_, vm::Vm<'a>>, inband_chip::rv32im::machine::ChipError> {
         let mut resident = self.resident.borrow_mut();
-        if resident.is_none() {
+        if resident.vm.is_none() {
             let made = vm::Vm::new(self.chip, self.device)?;
             *made_in = made.engine_seconds;
-            *resident = Some(made);
+            resident.vm = Some(made);
         }
-        Ok(std::cell::RefMut::map(resident, |r| r.as_mut().expect("made above")))
+        Ok(std::cell::RefMut::map(resident, |r| r.vm.as_mut().expect("made above")))
     }
 
     fn compile(&self, source: &str) -> Result<inband_firmware::ProgramImage, String> {

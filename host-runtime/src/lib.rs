@@ -11,10 +11,12 @@
 //! - [`text`]: text mode: Qwen's own layers, the checkpoint's tokenizer, generation;
 //! - [`inband`]: in-band execution: code regions in generated text run in the chip;
 //! - [`session`]: a text session (`generate`, `chat`) with its chip for in-band execution;
+//! - [`batch`]: many programs in one chip at once (`run --batch`, `bench --batch`);
 //! - [`bench`]: `inband bench`, speed figures per program, checked against golden;
 //! - `gpu` (feature `cuda`): the chip layers as one CUDA kernel; Qwen's own layers for
 //!   text mode as small kernels.
 
+pub mod batch;
 pub mod bench;
 #[cfg(feature = "cuda")]
 pub mod gpu;

@@ -76,10 +76,25 @@ enum Command {
         where E is the program's own exit code, or 'trap' or 'budget': that tells them apart.\n\n\
         Examples:\n  inband run --engine golden --stats firmware/examples/euler10.c\n  \
         inband run --engine chip --model spliced --verify --stats firmware/examples/hello.c\n  \
-        inband run --engine chip --chip pack firmware/examples/hello.c   (a pack from `weightgen --out pack`)")]
+        inband run --engine chip --chip pack firmware/examples/hello.c   (a pack from `weightgen --out pack`)\n  \
+        inband run --engine chip --chip pack --device cuda --batch --verify firmware/isa/*.S firmware/examples/*.c\n\n\
+        With --batch, every program runs at once, each in its own machine (its own state, the\n\
+        chip's weights shared; on a GPU one launch steps them all). Each program's output is\n\
+        printed after `== NAME`, then one line `-- NAME: exit 0, N instructions, M forward\n\
+        passes`. The exit status is 0 when every program exited with 0, 68 when --verify found\n\
+        a program ending otherwise than on golden, else 1.")]
     Run {
-        /// The program: C/assembly source or RV32IM ELF.
-        program: PathBuf,
+        /// The program: C/assembly source or RV32IM ELF (several with --batch).
+        #[arg(required = true, num_args = 1..)]
+        programs: Vec<PathBuf>,
+        /// (chip) Run every program given at once, each in its own machine of one batch;
+        /// machines that finish take the next program waiting.
+        #[arg(long)]
+        batch: bool,
+        /// (--batch) Machines the batch holds (a number or `max`: as many as the device's
+        /// memory holds); default: one per program, at most what fits.
+        #[arg(long, requires = "batch", value_parser = inband_host_runtime::batch::Machines::parse)]
+        machines: Option<inband_host_runtime::batch::Machines>,
         /// Which engine executes the program.
         #[arg(long, value_enum, default_value = "golden")]
         engine: Engine,
@@ -95,7 +110,8 @@ enum Command {
         max_seconds: f64,
         /// (chip) Check pc and registers against the golden reference after every retired
         /// instruction, a store's RAM line after it, all of RAM every 4096 instructions;
-        /// stop at the first difference with a readable diff.
+        /// stop at the first difference with a readable diff. With --batch: compare each
+        /// program's end and output with golden's.
         #[arg(long)]
         verify: bool,
         /// (chip) Run the chip layers of this spliced checkpoint (made by `weight-surgery splice`).
@@ -114,7 +130,8 @@ enum Command {
         kernel: vm::CudaKernel,
         /// (chip) Write every forward pass's input and chosen chip token ids to this file,
         /// one pass per line (`input chosen`), boot included: with `--boot prefill`, the
-        /// whole stream another runner (stock transformers) must reproduce.
+        /// whole stream another runner (stock transformers) must reproduce. With --batch, a
+        /// folder: FOLDER/NAME.trace for the first machine of each program.
         #[arg(long)]
         trace: Option<PathBuf>,
         /// (chip) How the program gets into the chip: load (the host writes the state the
@@ -186,6 +203,13 @@ enum Command {
         /// prefill; no instruction runs.
         #[arg(long, conflicts_with = "against_reference")]
         boot: bool,
+        /// Run the programs as one batch, cycled over 1, 8, 64, 512, 1024, … machines up to
+        /// N (a number, or `max`: as many as the device's memory holds), and print the
+        /// scaling table (aggregate and per-machine passes/s); every machine's output is
+        /// compared with golden's.
+        #[arg(long, value_name = "N", conflicts_with_all = ["boot", "against_reference"],
+              value_parser = inband_host_runtime::batch::Machines::parse)]
+        batch: Option<inband_host_runtime::batch::Machines>,
         /// Run the chip layers of this spliced checkpoint.
         #[arg(long)]
         model: Option<PathBuf>,
@@ -242,7 +266,9 @@ fn main() -> ExitCode {
             }
         }
         Command::Run {
-            program,
+            programs,
+            batch,
+            machines,
             engine,
             stats,
             max_instructions,
@@ -277,7 +303,30 @@ fn main() -> ExitCode {
                     return ExitCode::from(status::BUILD_OR_LOAD_FAILED);
                 }
             }
-            let image = match program::load_program(&program, toolchain.as_deref()) {
+            if batch {
+                let flags = BatchFlags {
+                    engine,
+                    boot,
+                    machines,
+                    verify,
+                    stats,
+                    trace: trace.as_deref(),
+                    toolchain: toolchain.as_deref(),
+                };
+                return run_batch(
+                    &programs,
+                    model.as_deref(),
+                    chip.as_deref(),
+                    device,
+                    max_instructions,
+                    flags,
+                );
+            }
+            let [program] = &programs[..] else {
+                report("several programs run at once with --batch; without it, give one program");
+                return ExitCode::from(status::BUILD_OR_LOAD_FAILED);
+            };
+            let image = match program::load_program(program, toolchain.as_deref()) {
                 Ok(image) => image,
                 Err(e) => {
                     report_error(&e);
@@ -332,6 +381,7 @@ fn main() -> ExitCode {
             kernel,
             against_reference,
             boot,
+            batch,
             model,
             chip,
             toolchain,
@@ -352,7 +402,10 @@ fn main() -> ExitCode {
                 report(NO_CHIP);
                 return ExitCode::FAILURE;
             };
-            let done = if boot {
+            let done = if let Some(machines) = batch {
+                let programs = bench::programs_or_defaults(&programs);
+                inband_host_runtime::batch::bench(&programs, &source, device, machines, toolchain.as_deref())
+            } else if boot {
                 bench::bench_boot(&programs, &source, device, toolchain.as_deref())
             } else {
                 bench::bench(&programs, &source, device, against_reference, toolchain.as_deref())
@@ -420,6 +473,60 @@ fn parse_prefix(s: &str) -> Result<PathBuf, String> {
 /// What `run --engine chip` and `bench` say when given no chip.
 const NO_CHIP: &str = "the chip engine runs the chip layers of a spliced checkpoint (--model DIR, made by \
     `weight-surgery splice`) or of a chip pack (--chip DIR, made by `weightgen --shape 0.8b --out DIR`)";
+
+/// How `run --batch` runs and reports.
+struct BatchFlags<'a> {
+    engine: Engine,
+    boot: vm::Boot,
+    machines: Option<inband_host_runtime::batch::Machines>,
+    verify: bool,
+    stats: bool,
+    trace: Option<&'a std::path::Path>,
+    toolchain: Option<&'a std::path::Path>,
+}
+
+/// `inband run --batch`: every program at once, each in its own machine.
+fn run_batch(
+    programs: &[PathBuf],
+    model: Option<&std::path::Path>,
+    chip: Option<&std::path::Path>,
+    device: vm::Device,
+    budget: u64,
+    flags: BatchFlags,
+) -> ExitCode {
+    if flags.engine != Engine::Chip {
+        report("--batch runs programs in the chip: give --engine chip");
+        return ExitCode::from(status::BUILD_OR_LOAD_FAILED);
+    }
+    if flags.boot != vm::Boot::Load {
+        report("a batch boots every machine by loading state: --boot prefill runs one program at a time");
+        return ExitCode::from(status::BUILD_OR_LOAD_FAILED);
+    }
+    let Some(source) = ChipSource::from_options(model, chip) else {
+        report(NO_CHIP);
+        return ExitCode::from(status::BUILD_OR_LOAD_FAILED);
+    };
+    let run = inband_host_runtime::batch::run_programs(inband_host_runtime::batch::RunBatch {
+        programs,
+        source: &source,
+        device,
+        machines: flags.machines,
+        budget,
+        verify: flags.verify,
+        trace: flags.trace,
+        stats: flags.stats,
+        toolchain: flags.toolchain,
+    });
+    match run {
+        Ok(v) if !v.all_match_golden => ExitCode::from(status::VERIFY_MISMATCH),
+        Ok(v) if v.all_exited_zero => ExitCode::SUCCESS,
+        Ok(_) => ExitCode::FAILURE,
+        Err(e) => {
+            report_error(&e);
+            ExitCode::from(status::BUILD_OR_LOAD_FAILED)
+        }
+    }
+}
 
 /// How `run --engine chip` runs and reports.
 struct ChipRunFlags<'a> {

@@ -292,6 +292,8 @@ impl TextModel {
         let mut pending: Vec<u32> = prompt.to_vec();
         self.prefill(&mut pending, &mut state, &mut rows, &mut model_seconds)?;
         let mut executions = Vec::new();
+        // Regions of the forced text that already ran (with an earlier one), in order.
+        let mut prepared: Vec<(crate::inband::Region, crate::inband::Execution)> = Vec::new();
         let mut shown = 0;
         // Byte offset in the generated text where the next region may start.
         let mut region_from = 0;
@@ -339,8 +341,21 @@ impl TextModel {
                 None => {}
             }
             if let Some(executor) = executor {
-                if let Some((region, _)) = text.get(region_from..).and_then(crate::inband::closed_region) {
-                    let execution = executor.execute(&region);
+                if let Some((region, end)) = text.get(region_from..).and_then(crate::inband::closed_region) {
+                    let execution = match prepared.iter().position(|(r, _)| *r == region) {
+                        Some(at) => prepared.remove(at).1,
+                        None => {
+                            // The regions the forced text still holds run with this one,
+                            // as one batch; each is injected when the text reaches it.
+                            let mut regions = vec![region.clone()];
+                            let ahead: Vec<u32> = ids[prompt.len()..].iter().chain(&queue).copied().collect();
+                            regions.extend(later_regions(&self.decode(&ahead)?, region_from + end));
+                            let mut executions = executor.execute_all(&regions).into_iter();
+                            let first = executions.next().expect("one execution per region");
+                            prepared.extend(regions.into_iter().skip(1).zip(executions));
+                            first
+                        }
+                    };
                     let injected = self.encode(&execution.injected)?;
                     // Injected tokens go first, then whatever was still forced.
                     for t in injected.iter().rev() {
@@ -367,6 +382,17 @@ impl TextModel {
             model_seconds,
         })
     }
+}
+
+/// The regions that close in `text` after byte `from` (the forced text still ahead).
+fn later_regions(text: &str, from: usize) -> Vec<crate::inband::Region> {
+    let mut regions = Vec::new();
+    let mut at = from;
+    while let Some((region, end)) = text.get(at..).and_then(crate::inband::closed_region) {
+        regions.push(region);
+        at += end;
+    }
+    regions
 }
 
 /// What a generation produced.

@@ -1,17 +1,16 @@
 //! VM mode: boot a program into the RV32IM chip layers and let the layer math run it,
 //! streaming its console output, optionally in lockstep with the golden reference.
 
-use std::cell::RefCell;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use std::rc::Rc;
 use std::time::Instant;
 
+use inband_chip::engine::{Trace, Traced};
 use inband_chip::rv32im::load::BootLoader;
 use inband_chip::rv32im::machine::{ChipError, ChipMachine, RunCounts};
-use inband_chip::{ChipModel, ChipRunner, ChipToken, MemoryRow, PassEngine, TokenSpec};
+use inband_chip::{ChipModel, ChipRunner, PassEngine};
 use inband_firmware::ProgramImage;
 use inband_golden::{Environment, Machine, RunEnd};
 
@@ -100,45 +99,8 @@ pub fn engine<'a>(chip: &'a ChipModel, device: Device) -> anyhow::Result<Box<dyn
     }
 }
 
-/// (input token id, chosen token id) of every forward pass an engine ran.
-type Trace = Rc<RefCell<Vec<(u32, u32)>>>;
-
-/// Records every pass of the engine it wraps: the token each pass consumed and the one it
-/// chose, so that another runner (stock transformers) can be checked against the stream.
-struct Tracing<'a> {
-    inner: Box<dyn PassEngine + 'a>,
-    tokens: TokenSpec,
-    trace: Trace,
-}
-
-impl PassEngine for Tracing<'_> {
-    fn passes(&mut self, inputs: &[ChipToken], max: usize, stop_kinds: &[usize]) -> anyhow::Result<Vec<ChipToken>> {
-        let out = self.inner.passes(inputs, max, stop_kinds)?;
-        let mut trace = self.trace.borrow_mut();
-        for (i, chosen) in out.iter().enumerate() {
-            // Pass i consumed inputs[i], or once they ran out, the previous pass's choice.
-            if let Some(input) = inputs.get(i).or_else(|| i.checked_sub(1).map(|j| &out[j])) {
-                trace.push((self.tokens.encode(input) as u32, self.tokens.encode(chosen) as u32));
-            }
-        }
-        Ok(out)
-    }
-
-    fn memory_row(&self, layer: usize, head: usize, row: usize) -> anyhow::Result<Vec<f32>> {
-        self.inner.memory_row(layer, head, row)
-    }
-
-    fn load_state(&mut self, rows: &[MemoryRow]) -> anyhow::Result<()> {
-        self.inner.load_state(rows)
-    }
-
-    fn lookahead(&self) -> usize {
-        self.inner.lookahead()
-    }
-}
-
 /// Writes a trace as text: one pass per line, `input chosen` token ids (chip vocabulary).
-fn write_trace(path: &Path, trace: &[(u32, u32)]) -> std::io::Result<()> {
+pub(crate) fn write_trace(path: &Path, trace: &[(u32, u32)]) -> std::io::Result<()> {
     let mut text = String::with_capacity(trace.len() * 14);
     for (input, chosen) in trace {
         text.push_str(&format!("{input} {chosen}\n"));
@@ -324,7 +286,7 @@ impl<'a> Vm<'a> {
         let recorded = Trace::default();
         let lent: Box<dyn PassEngine + '_> = Box::new(&mut *self.engine);
         let engine: Box<dyn PassEngine + '_> = match trace {
-            Some(_) => Box::new(Tracing {
+            Some(_) => Box::new(Traced {
                 inner: lent,
                 tokens: self.chip.spec.tokens.clone(),
                 trace: recorded.clone(),

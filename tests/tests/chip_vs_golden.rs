@@ -354,3 +354,75 @@ fn fuzz_one_million() {
     }
     eprintln!("fuzz: {total} instructions agreed");
 }
+
+/// A program's single-stream run on the CPU engine, booted by loading state: how it
+/// ended, its console and its token stream (boot tail included).
+fn single_stream(image: &ProgramImage, budget: u64) -> (RunEnd, Vec<u8>, Vec<(u32, u32)>) {
+    let trace = inband_chip::engine::Trace::default();
+    let engine = inband_chip::engine::Traced {
+        inner: Box::new(ChipRunner::new(chip()).unwrap()),
+        tokens: chip().spec.tokens.clone(),
+        trace: trace.clone(),
+    };
+    let mut loader = BootLoader::new(chip()).unwrap();
+    let mut machine = ChipMachine::load_on(chip(), Box::new(engine), image, &mut loader).unwrap();
+    let end = machine.run(budget, None).unwrap();
+    let console = machine.console.clone();
+    drop(machine);
+    let trace = trace.borrow().clone();
+    (end, console, trace)
+}
+
+/// Many programs in a batch of fewer slots (each freed slot takes the next program):
+/// normal exits, an exit code, traps with and without a value and a budget that runs out
+/// each end with their own status and golden's console, and every machine's token stream
+/// is its single-stream run's (up to where that one stopped, for the exhausted budget).
+#[test]
+fn a_batch_runs_each_machine_as_if_alone() {
+    use inband_chip::rv32im::batch::{run_batch, BatchOptions, Job};
+    use std::sync::Arc;
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("programs");
+    let hello = Arc::new(image_of(&program("hello")));
+    let jobs: Vec<Job> = [
+        (hello.clone(), u64::MAX),
+        (Arc::new(image_of(&dir.join("exit_code.c"))), u64::MAX),
+        (Arc::new(image_of(&dir.join("illegal_instruction.S"))), u64::MAX),
+        (Arc::new(image_of(&dir.join("runaway.c"))), 3_000),
+        (Arc::new(image_of(&program("isa/muldiv"))), u64::MAX),
+        (Arc::new(image_of(&dir.join("misaligned_load.S"))), u64::MAX),
+        (hello, 200),
+    ]
+    .into_iter()
+    .map(|(image, budget)| Job { image, budget })
+    .collect();
+    let runners = (0..3).map(|_| ChipRunner::new(chip()).unwrap()).collect();
+    let mut engine = inband_chip::EachOnItsOwn(runners);
+    let mut loader = BootLoader::new(chip()).unwrap();
+    // Short rounds: many round boundaries, `t` tokens among them.
+    let options = BatchOptions {
+        passes_per_round: 97,
+        trace: true,
+        wall: None,
+    };
+    let (results, stats) = run_batch(chip(), &mut engine, &mut loader, &jobs, options, |_, _| {}).unwrap();
+    eprintln!("batch: {stats:?}");
+    let mut ends = Vec::new();
+    for (i, (job, result)) in jobs.iter().zip(results).enumerate() {
+        let result = result.unwrap_or_else(|e| panic!("job {i}: {e}"));
+        let (want, console) = golden_end(&job.image, job.budget);
+        assert_eq!(result.end, want, "job {i}");
+        assert_eq!(result.console, console, "job {i}");
+        let (end, console, trace) = single_stream(&job.image, job.budget);
+        assert_eq!((result.end, &result.console), (end, &console), "job {i}");
+        match end {
+            RunEnd::BudgetExhausted { .. } => assert_eq!(&result.trace[..trace.len()], &trace[..], "job {i}"),
+            _ => assert_eq!(result.trace, trace, "job {i}"),
+        }
+        ends.push(end);
+    }
+    // The mix covers every way a run ends.
+    assert!(ends.iter().any(|e| matches!(e, RunEnd::Exited(0))));
+    assert!(ends.iter().any(|e| matches!(e, RunEnd::Exited(42))));
+    assert!(ends.iter().any(|e| matches!(e, RunEnd::Trapped(_))));
+    assert!(ends.iter().any(|e| matches!(e, RunEnd::BudgetExhausted { .. })));
+}

@@ -233,3 +233,43 @@ fn a_resident_engine_starts_every_region_fresh() {
     }
     assert_eq!(resident.execute(&expression).injected, " = 248171");
 }
+
+/// Regions pending at once run as one batch: each comes back as it does alone (same text,
+/// instructions and passes), a compile error and a trap among them included, and a
+/// runaway region ends at its time limit without holding the others back.
+#[test]
+fn regions_pending_at_once_run_as_one_batch() {
+    let limits = Limits {
+        instructions: 2_000_000,
+        wall: Some(Duration::from_secs(3)),
+    };
+    let regions = [
+        Region::Expression("847 * 293".into()),
+        program("int main(void) { *(volatile int *)0x100 = 1; return 0; }"),
+        Region::Expression("nope".into()),
+        program("int main(void) { volatile int x = 0; for (;;) x++; }"),
+        program("int main(void) { printf(\"%d\\n\", 6 * 7); return 3; }"),
+    ];
+    let start = Instant::now();
+    let together = executor(limits).execute_all(&regions);
+    assert!(start.elapsed() < Duration::from_secs(90), "{:?}", start.elapsed());
+    assert_eq!(together.len(), regions.len());
+    assert_eq!(together[0].injected, " = 248171");
+    assert!(
+        together[3].injected.contains("error: time limit reached (3 s"),
+        "{:?}",
+        together[3].injected
+    );
+    for (i, (region, batched)) in regions.iter().zip(&together).enumerate() {
+        if i == 3 {
+            continue; // where a time limit stops a machine depends on the host's speed
+        }
+        let alone = executor(limits).execute(region);
+        assert_eq!(batched.injected, alone.injected, "region {i}");
+        assert_eq!(
+            (batched.instructions, batched.forward_passes),
+            (alone.instructions, alone.forward_passes),
+            "region {i}"
+        );
+    }
+}

@@ -11,7 +11,7 @@ use inband_qwen35::index_set::IndexSet;
 use inband_qwen35::sparse::{GdnState, Reach, Scratch, SparseLayer, SumOrder};
 
 use crate::model::{ChipLayers, ChipModel};
-use crate::token::ChipToken;
+use crate::token::{ChipToken, TokenSpec};
 
 /// Something that runs chip passes: the CPU layer math, or the GPU engine.
 pub trait PassEngine {
@@ -44,6 +44,98 @@ impl<E: PassEngine + ?Sized> PassEngine for &mut E {
     }
     fn lookahead(&self) -> usize {
         (**self).lookahead()
+    }
+}
+
+/// What one machine of a batch runs in a round: as [`PassEngine::passes`], passes that
+/// consume `inputs` and then the machine's own choices, at most `max`, stopping (once
+/// the inputs are used up) after a chosen token whose kind is in `stop_kinds`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SlotWork {
+    pub slot: usize,
+    pub inputs: Vec<ChipToken>,
+    pub max: usize,
+    pub stop_kinds: Vec<usize>,
+}
+
+/// Many independent machines stepped together, sharing one chip's weights: each slot
+/// holds a machine's GDN and conv state. A round runs every slot given work, each on
+/// its own until its work is done; the others keep their state untouched.
+pub trait BatchEngine {
+    /// How many machines it holds.
+    fn slots(&self) -> usize;
+    /// Makes `slot`'s machine fresh and writes `rows` into its memories (as
+    /// [`PassEngine::load_state`]).
+    fn load_slot(&mut self, slot: usize, rows: &[MemoryRow]) -> anyhow::Result<()>;
+    /// Runs one round: the tokens each work item's passes chose, in `work`'s order.
+    fn round(&mut self, work: &[SlotWork]) -> anyhow::Result<Vec<Vec<ChipToken>>>;
+}
+
+/// A batch of single-machine engines stepped one after the other (the CPU's batch: the
+/// specification the GPU's one launch per round is checked against).
+pub struct EachOnItsOwn<E>(pub Vec<E>);
+
+impl<E: PassEngine> BatchEngine for EachOnItsOwn<E> {
+    fn slots(&self) -> usize {
+        self.0.len()
+    }
+
+    fn load_slot(&mut self, slot: usize, rows: &[MemoryRow]) -> anyhow::Result<()> {
+        self.0[slot].load_state(rows)
+    }
+
+    fn round(&mut self, work: &[SlotWork]) -> anyhow::Result<Vec<Vec<ChipToken>>> {
+        work.iter()
+            .map(|w| self.0[w.slot].passes(&w.inputs, w.max, &w.stop_kinds))
+            .collect()
+    }
+}
+
+/// (consumed token id, chosen token id) of every forward pass an engine ran.
+pub type Trace = std::rc::Rc<std::cell::RefCell<Vec<(u32, u32)>>>;
+
+/// The (consumed, chosen) token ids of passes that consumed `inputs` in order and then
+/// their own choices, as [`PassEngine::passes`] runs them.
+pub fn consumed_and_chosen<'t>(
+    tokens: &'t TokenSpec,
+    inputs: &'t [ChipToken],
+    chosen: &'t [ChipToken],
+) -> impl Iterator<Item = (u32, u32)> + 't {
+    chosen.iter().enumerate().filter_map(move |(i, out)| {
+        // Pass i consumed inputs[i], or once they ran out, the previous pass's choice.
+        let consumed = inputs.get(i).or_else(|| i.checked_sub(1).map(|j| &chosen[j]))?;
+        Some((tokens.encode(consumed) as u32, tokens.encode(out) as u32))
+    })
+}
+
+/// Records every pass of the engine it wraps: the token each pass consumed and the one it
+/// chose, so that another runner (stock transformers, a batch) can be checked against
+/// the stream.
+pub struct Traced<'a> {
+    pub inner: Box<dyn PassEngine + 'a>,
+    pub tokens: TokenSpec,
+    pub trace: Trace,
+}
+
+impl PassEngine for Traced<'_> {
+    fn passes(&mut self, inputs: &[ChipToken], max: usize, stop_kinds: &[usize]) -> anyhow::Result<Vec<ChipToken>> {
+        let out = self.inner.passes(inputs, max, stop_kinds)?;
+        self.trace
+            .borrow_mut()
+            .extend(consumed_and_chosen(&self.tokens, inputs, &out));
+        Ok(out)
+    }
+
+    fn memory_row(&self, layer: usize, head: usize, row: usize) -> anyhow::Result<Vec<f32>> {
+        self.inner.memory_row(layer, head, row)
+    }
+
+    fn load_state(&mut self, rows: &[MemoryRow]) -> anyhow::Result<()> {
+        self.inner.load_state(rows)
+    }
+
+    fn lookahead(&self) -> usize {
+        self.inner.lookahead()
     }
 }
 

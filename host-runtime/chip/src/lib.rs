@@ -16,7 +16,7 @@
 //! - [`base_view`]: a spliced checkpoint's base tensors, read back at the base width;
 //! - [`model`]: a chip as a host drives it (token map, residual, token choice, layers
 //!   read straight from the checkpoint's or the pack's tensors in sparse form);
-//! - [`engine`]: the [`engine::PassEngine`] trait and the CPU engine;
+//! - [`engine`]: the [`engine::PassEngine`] and [`engine::BatchEngine`] traits and the CPU engine;
 //! - [`rv32im`]: the RV32IM token format and host protocol (boot, run, read back);
 //! - [`cli`]: what the three command lines (`weightgen`, `weight-surgery`, `inband`) print
 //!   the same way.
@@ -32,6 +32,6 @@ pub mod staging;
 pub mod tensor_files;
 pub mod token;
 
-pub use engine::{ChipRunner, MathPath, MemoryRow, PassEngine};
+pub use engine::{BatchEngine, ChipRunner, EachOnItsOwn, MathPath, MemoryRow, PassEngine, SlotWork};
 pub use model::{ChipLayers, ChipModel, ChipSpec};
 pub use token::{ChipToken, FieldDef, KindDef, TokenSpec};

@@ -2,7 +2,11 @@
 // the host fills in (mirrored by `Dims` in gpu/mod.rs), and the activation functions
 // written exactly as the CPU path computes them (no fused multiply-adds, no flushing).
 
+// Threads per machine (block): the host compiles a kernel per shape it launches
+// (-DTHREADS=n) and launches it with as many.
+#ifndef THREADS
 #define THREADS 1024
+#endif
 #define WARPS (THREADS / 32)
 #define MAX_KINDS 32
 #define MAX_FIELDS 64
@@ -40,7 +44,29 @@ struct Dims {
     // half that or more would move the norm, which the kernel reports instead.
     float norm_inv, anchor_ulp;
     unsigned delayed; // the most conv channels with delayed taps in a layer
+    unsigned state_floats; // S floats of one machine
 };
+
+// One machine's work in a launch, one block each (mirrored by `SlotWork` in gpu/mod.rs):
+// the machine whose state (S, ctl) the block runs, where its inputs start in the
+// launch's inputs and its chosen tokens go in the launch's outputs, and, as a single
+// machine's launch takes them, how many inputs it consumes first, how many passes it
+// may run and the kinds that stop it once the inputs are used up.
+struct SlotWork {
+    unsigned machine, input_at, n_inputs, max_passes, stop_mask, output_at;
+};
+
+// Declares this block's machine in a chip kernel taking (…, S_all, slots, inputs_all,
+// outputs_all, ctl_all): its state S, its inputs, where its choices go (outputs), its
+// control words (state: passes done, conv ring position, last token, error), and its
+// n_inputs, max_passes and stop_mask.
+#define BLOCK_MACHINE                                                                                                  \
+    const SlotWork work = slots[blockIdx.x];                                                                           \
+    float *S = S_all + (size_t)work.machine * dims_p->state_floats;                                                    \
+    const unsigned *inputs = inputs_all + work.input_at;                                                               \
+    unsigned *outputs = outputs_all + work.output_at;                                                                  \
+    unsigned *state = ctl_all + 4 * work.machine;                                                                      \
+    const unsigned n_inputs = work.n_inputs, max_passes = work.max_passes, stop_mask = work.stop_mask
 
 __device__ __forceinline__ float silu_f(float x) {
     if (x >= 17.0f) return x;

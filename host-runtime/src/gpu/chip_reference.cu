@@ -153,8 +153,10 @@ __device__ __forceinline__ void read_memory(const float *st, unsigned dv, const 
 
 extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
     const Dims *dims_p, const Layer *layers_g, const unsigned *I, const unsigned short *C, const float *V,
-    const float *W, float *S, const unsigned *inputs, unsigned n_inputs, unsigned max_passes, unsigned stop_mask,
-    unsigned *outputs, unsigned *state /* [0]=passes done, [1]=conv ring position, [2]=last token */) {
+    const float *W, float *S_all, const SlotWork *slots, const unsigned *inputs_all, unsigned *outputs_all,
+    unsigned *ctl_all /* per machine: [0]=passes done, [1]=conv ring position, [2]=last token */) {
+    BLOCK_MACHINE;
+
     extern __shared__ float sh[];
     const Dims d = *dims_p;
     float *hidden = sh;                       // width

@@ -356,9 +356,11 @@ __device__ HELPER void value_head(unsigned entry, const Layer &L, const Dims &d,
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
-    const Dims *dims_p, const Layer *layers_g, const unsigned *I, const uint2 *E, const float *W, float *S,
-    const unsigned *inputs, unsigned n_inputs, unsigned max_passes, unsigned stop_mask, unsigned *outputs,
-    unsigned *state /* [0]=passes done, [1]=conv ring position, [2]=last token, [3]=error */) {
+    const Dims *dims_p, const Layer *layers_g, const unsigned *I, const uint2 *E, const float *W, float *S_all,
+    const SlotWork *slots, const unsigned *inputs_all, unsigned *outputs_all,
+    unsigned *ctl_all /* per machine: [0]=passes done, [1]=conv ring position, [2]=last token, [3]=error */) {
+    BLOCK_MACHINE;
+
     extern __shared__ float sh[];
     const Dims d = *dims_p;
     float *hidden = sh;                                  // width

@@ -17,7 +17,7 @@ use cudarc::driver::{
     CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg,
 };
 use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
-use inband_chip::{ChipLayers, ChipModel, ChipSpec, ChipToken, MemoryRow, PassEngine};
+use inband_chip::{BatchEngine, ChipLayers, ChipModel, ChipSpec, ChipToken, MemoryRow, PassEngine, SlotWork};
 use inband_qwen35::sparse::SparseLayer;
 
 use crate::vm::CudaKernel as Kernel;
@@ -29,7 +29,9 @@ pub mod text;
 const COMMON: &str = include_str!("chip_common.cuh");
 const REFERENCE_KERNEL: &str = include_str!("chip_reference.cu");
 const SPARSE_KERNEL: &str = include_str!("chip_sparse.cu");
-const THREADS: u32 = 1024;
+/// Threads per machine of a single-stream engine (one block; the batch engine chooses
+/// its own, see [`GpuChip::with_slots`]).
+pub const THREADS: u32 = 1024;
 /// Passes one launch may run (the host reads the chosen tokens after each launch).
 const LOOKAHEAD: usize = 1 << 15;
 /// Extra NVRTC options for the chip kernel, whitespace-separated: a tuning and
@@ -70,9 +72,24 @@ struct Dims {
     norm_inv: f32,
     anchor_ulp: f32,
     delayed: u32,
+    state_floats: u32,
 }
 
 unsafe impl DeviceRepr for Dims {}
+
+/// Mirrors the kernels' `SlotWork`: one machine's work in a launch (a block each).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+struct SlotLaunch {
+    machine: u32,
+    input_at: u32,
+    n_inputs: u32,
+    max_passes: u32,
+    stop_mask: u32,
+    output_at: u32,
+}
+
+unsafe impl DeviceRepr for SlotLaunch {}
 
 /// Flat arrays the kernels read: indices (I), floats (W), and the state's (S) size.
 #[derive(Default)]
@@ -162,11 +179,18 @@ pub struct GpuChip {
     i: CudaSlice<u32>,
     entries: Entries,
     w: CudaSlice<f32>,
+    /// Every machine's state, `state_floats` each.
     s: CudaSlice<f32>,
-    /// passes done, conv ring position, last token, error.
+    state_floats: usize,
+    /// Per machine: passes done, conv ring position, last token, error.
     ctl: CudaSlice<u32>,
     outputs: CudaSlice<u32>,
     shared_bytes: u32,
+    /// Machines (blocks of `threads`) it holds.
+    slots: usize,
+    threads: u32,
+    /// The boot images loaded last (see [`GpuChip::load_machine`]).
+    images: Vec<BootImage>,
     tokens: inband_chip::TokenSpec,
     /// Where each layer's recurrent state starts in S, and its (dk, dv).
     recurrent: Vec<u32>,
@@ -177,7 +201,7 @@ pub struct GpuChip {
 
 /// Compiles CUDA `source` with NVRTC for the H200 (with the [`KERNEL_OPTIONS_ENV`]
 /// options) and loads it into `ctx`.
-fn compile(ctx: &Arc<CudaContext>, source: &str, what: &str) -> anyhow::Result<Arc<CudaModule>> {
+fn compile(ctx: &Arc<CudaContext>, source: &str, what: &str, extra: &[String]) -> anyhow::Result<Arc<CudaModule>> {
     let ptx = compile_ptx_with_opts(
         source,
         CompileOptions {
@@ -191,6 +215,7 @@ fn compile(ctx: &Arc<CudaContext>, source: &str, what: &str) -> anyhow::Result<A
                 .unwrap_or_default()
                 .split_whitespace()
                 .map(String::from)
+                .chain(extra.iter().cloned())
                 .collect(),
             ..Default::default()
         },
@@ -293,10 +318,33 @@ pub fn available() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The streaming multiprocessors of GPU `ordinal` (each runs one 1024-thread machine, or
+/// several smaller ones, at a time).
+pub fn multiprocessors(ordinal: usize) -> anyhow::Result<usize> {
+    available()?;
+    let ctx = CudaContext::new(ordinal).with_context(|| format!("cannot open CUDA device {ordinal}"))?;
+    Ok(ctx.attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as usize)
+}
+
 impl GpuChip {
-    /// Uploads `chip`'s layers to GPU `ordinal` and compiles `kernel`.
+    /// Uploads `chip`'s layers to GPU `ordinal` and compiles `kernel`: one machine.
     pub fn new(chip: &ChipModel, ordinal: usize, kernel: Kernel) -> anyhow::Result<Self> {
+        Self::with_slots(chip, ordinal, kernel, 1, THREADS)
+    }
+
+    /// As [`Self::new`], holding `slots` machines that a launch runs as blocks of
+    /// `threads` (a multiple of 32 up to 1024; the kernel is compiled for it).
+    pub fn with_slots(
+        chip: &ChipModel,
+        ordinal: usize,
+        kernel: Kernel,
+        slots: usize,
+        threads: u32,
+    ) -> anyhow::Result<Self> {
         available()?;
+        if slots == 0 || threads == 0 || threads > 1024 || !threads.is_multiple_of(32) {
+            bail!("a GPU chip holds at least one machine, run by 32 to 1024 threads (a multiple of 32)");
+        }
         let ChipLayers::Sparse(layers) = &chip.layers else {
             bail!("the GPU engine is built from the chip's sparse layers")
         };
@@ -336,7 +384,13 @@ impl GpuChip {
 
         let ctx = CudaContext::new(ordinal).with_context(|| format!("cannot open CUDA device {ordinal}"))?;
         let stream = ctx.default_stream();
-        let module = compile(&ctx, &kernel_source(kernel)?, "the chip kernel")?;
+        d.state_floats = u32::try_from(f.state_len.max(1)).context("one machine's state is too large")?;
+        let module = compile(
+            &ctx,
+            &kernel_source(kernel)?,
+            "the chip kernel",
+            &[format!("-DTHREADS={threads}")],
+        )?;
         let function = module.load_function("chip_passes")?;
         let shared_floats = match kernel {
             // hidden, normed, conv output, head outputs, scratch, activations.
@@ -364,9 +418,15 @@ impl GpuChip {
             layers: stream.clone_htod(&tables.words)?,
             i: stream.clone_htod(&f.i)?,
             w: stream.clone_htod(&f.w)?,
-            s: stream.alloc_zeros::<f32>(f.state_len.max(1))?,
-            ctl: stream.clone_htod(&[0u32; 4])?,
+            s: stream
+                .alloc_zeros::<f32>(slots * d.state_floats as usize)
+                .with_context(|| format!("cannot hold the state of {slots} machines on the GPU"))?,
+            state_floats: d.state_floats as usize,
+            ctl: stream.alloc_zeros::<u32>(4 * slots)?,
             outputs: stream.alloc_zeros::<u32>(LOOKAHEAD.max(8192))?,
+            slots,
+            threads,
+            images: Vec::new(),
             entries,
             stream,
             function,
@@ -379,74 +439,115 @@ impl GpuChip {
         })
     }
 
-    /// Runs up to `max` passes (see [`PassEngine::passes`]) and returns the chosen token ids.
+    /// Runs up to `max` passes of machine 0 (see [`PassEngine::passes`]) and returns the
+    /// chosen token ids.
     fn run_ids(&mut self, inputs: &[u32], max: usize, stop_mask: u32) -> anyhow::Result<Vec<u32>> {
-        let cap = self.outputs.len();
         let mut out = Vec::new();
         let mut given = 0;
         while out.len() < max {
-            let chunk_inputs = &inputs[given.min(inputs.len())..(given + cap).min(inputs.len())];
-            let n = (max - out.len()).min(cap);
-            let input_dev = self.stream.clone_htod(if chunk_inputs.is_empty() {
-                &[0u32][..]
-            } else {
-                chunk_inputs
-            })?;
-            let (n_inputs, n_max) = (chunk_inputs.len() as u32, n as u32);
-            let cfg = LaunchConfig {
-                grid_dim: (1, 1, 1),
-                block_dim: (THREADS, 1, 1),
-                shared_mem_bytes: self.shared_bytes,
-            };
-            let mut launch = self.stream.launch_builder(&self.function);
-            launch.arg(&self.dims).arg(&self.layers).arg(&self.i);
-            match &self.entries {
-                Entries::Ell { cols, vals } => launch.arg(cols).arg(vals),
-                Entries::Csc(pairs) => launch.arg(pairs),
-            };
-            launch
-                .arg(&self.w)
-                .arg(&mut self.s)
-                .arg(&input_dev)
-                .arg(&n_inputs)
-                .arg(&n_max)
-                .arg(&stop_mask)
-                .arg(&mut self.outputs)
-                .arg(&mut self.ctl);
-            // SAFETY: the arguments match the kernel's signature and the buffers' sizes.
-            unsafe { launch.launch(cfg) }?;
-            let ctl = self.stream.clone_dtoh(&self.ctl)?;
-            if ctl[3] == ERR_TOO_MANY_NONZEROS {
-                bail!(
-                    "more than {} residual dims were written in one pass, more than the sparse kernel lists; \
-                     run it with --kernel reference",
-                    sparse::NZ_CAP
-                );
-            }
-            if ctl[3] == ERR_NORM_UNPINNED {
-                bail!(
-                    "the chip's residual norm left the value its anchors pin, which the sparse kernel relies on; \
-                     run it with --kernel reference"
-                );
-            }
-            let done = ctl[0] as usize;
-            let ids = self.stream.clone_dtoh(&self.outputs.slice(0..done))?;
+            let chunk = &inputs[given.min(inputs.len())..(given + LOOKAHEAD).min(inputs.len())];
+            let n = (max - out.len()).min(LOOKAHEAD);
+            let ids = self.launch(&[(0, chunk, n, stop_mask)])?.remove(0);
+            let stopped = ids.len() < n;
             out.extend(ids);
-            given += chunk_inputs.len();
-            if done < n {
+            given += chunk.len();
+            if stopped {
                 break; // stopped on a stop kind
             }
         }
         Ok(out)
     }
-}
 
-impl PassEngine for GpuChip {
-    fn passes(&mut self, inputs: &[ChipToken], max: usize, stop_kinds: &[usize]) -> anyhow::Result<Vec<ChipToken>> {
-        let ids: Vec<u32> = inputs.iter().map(|t| self.tokens.encode(t) as u32).collect();
-        let mask = stop_kinds.iter().fold(0u32, |m, k| m | 1 << k);
-        let out = self.run_ids(&ids, max, mask)?;
-        out.iter()
+    /// One launch, a block per work item (machine, inputs, most passes, stop kinds'
+    /// mask): each block runs its machine's passes (consuming its inputs first; with
+    /// none, its last chosen token); returns each item's chosen token ids.
+    fn launch(&mut self, work: &[(usize, &[u32], usize, u32)]) -> anyhow::Result<Vec<Vec<u32>>> {
+        let mut table = Vec::with_capacity(work.len());
+        let mut inputs = Vec::new();
+        let mut outputs_len = 0usize;
+        for &(machine, given, max, stop_mask) in work {
+            anyhow::ensure!(
+                machine < self.slots,
+                "machine {machine} of a GPU chip of {}",
+                self.slots
+            );
+            table.push(SlotLaunch {
+                machine: machine as u32,
+                input_at: inputs.len() as u32,
+                n_inputs: given.len() as u32,
+                max_passes: max as u32,
+                stop_mask,
+                output_at: outputs_len as u32,
+            });
+            inputs.extend_from_slice(given);
+            outputs_len += max;
+        }
+        if work.is_empty() {
+            return Ok(Vec::new());
+        }
+        if inputs.is_empty() {
+            inputs.push(0);
+        }
+        if self.outputs.len() < outputs_len {
+            self.outputs = self.stream.alloc_zeros::<u32>(outputs_len)?;
+        }
+        let table_dev = self.stream.clone_htod(&table)?;
+        let input_dev = self.stream.clone_htod(&inputs)?;
+        let cfg = LaunchConfig {
+            grid_dim: (work.len() as u32, 1, 1),
+            block_dim: (self.threads, 1, 1),
+            shared_mem_bytes: self.shared_bytes,
+        };
+        let mut launch = self.stream.launch_builder(&self.function);
+        launch.arg(&self.dims).arg(&self.layers).arg(&self.i);
+        match &self.entries {
+            Entries::Ell { cols, vals } => launch.arg(cols).arg(vals),
+            Entries::Csc(pairs) => launch.arg(pairs),
+        };
+        launch
+            .arg(&self.w)
+            .arg(&mut self.s)
+            .arg(&table_dev)
+            .arg(&input_dev)
+            .arg(&mut self.outputs)
+            .arg(&mut self.ctl);
+        // SAFETY: the arguments match the kernel's signature; every block's machine, inputs
+        // and outputs lie inside the buffers (checked and sized above).
+        unsafe { launch.launch(cfg) }?;
+        let ctl = self.stream.clone_dtoh(&self.ctl)?;
+        let all = self.stream.clone_dtoh(&self.outputs.slice(0..outputs_len))?;
+        work.iter()
+            .zip(&table)
+            .map(|(&(machine, ..), at)| {
+                let c = &ctl[4 * machine..4 * machine + 4];
+                Self::check_error(c[3])?;
+                let start = at.output_at as usize;
+                Ok(all[start..start + c[0] as usize].to_vec())
+            })
+            .collect()
+    }
+
+    /// A machine's error code as an error.
+    fn check_error(code: u32) -> anyhow::Result<()> {
+        if code == ERR_TOO_MANY_NONZEROS {
+            bail!(
+                "more than {} residual dims were written in one pass, more than the sparse kernel lists; \
+                 run it with --kernel reference",
+                sparse::NZ_CAP
+            );
+        }
+        if code == ERR_NORM_UNPINNED {
+            bail!(
+                "the chip's residual norm left the value its anchors pin, which the sparse kernel relies on; \
+                 run it with --kernel reference"
+            );
+        }
+        Ok(())
+    }
+
+    /// Chosen token ids as tokens.
+    fn decode(&self, ids: &[u32]) -> anyhow::Result<Vec<ChipToken>> {
+        ids.iter()
             .map(|id| {
                 self.tokens
                     .decode(*id as usize)
@@ -455,26 +556,67 @@ impl PassEngine for GpuChip {
             .collect()
     }
 
-    fn memory_row(&self, layer: usize, head: usize, row: usize) -> anyhow::Result<Vec<f32>> {
-        let at = self.recurrent[layer] as usize + (head * self.dk + row) * self.dv;
-        Ok(self.stream.clone_dtoh(&self.s.slice(at..at + self.dv))?)
+    /// Bytes of GPU memory each machine takes (its state and control words, and a
+    /// round's worth of its inputs and chosen tokens).
+    pub fn bytes_per_machine(&self, passes_per_round: usize) -> usize {
+        4 * (self.state_floats + 4 + 2 * (passes_per_round + 8)) + std::mem::size_of::<SlotLaunch>()
     }
 
-    fn load_state(&mut self, rows: &[MemoryRow]) -> anyhow::Result<()> {
-        // A fresh machine: all state (GDN rows, conv rings) zero, no passes, no error.
-        self.stream.memset_zeros(&mut self.s)?;
-        self.stream.memset_zeros(&mut self.ctl)?;
-        // Each layer that holds rows is written whole, in one copy.
+    /// Bytes of GPU memory free now.
+    pub fn free_bytes(&self) -> anyhow::Result<usize> {
+        Ok(self.stream.context().mem_get_info()?.0)
+    }
+
+    /// Makes machine `slot` fresh (all its state zero, no passes, no error) and writes
+    /// `rows` into its memories: each layer that holds rows copied whole from the boot
+    /// image on the GPU (made and kept the first time these rows are loaded, so a batch
+    /// of the same programs uploads each program's image once).
+    fn load_machine(&mut self, slot: usize, rows: &[MemoryRow]) -> anyhow::Result<()> {
+        anyhow::ensure!(slot < self.slots, "machine {slot} of a GPU chip of {}", self.slots);
+        let at = match self.images.iter().position(|im| im.rows == rows) {
+            Some(at) => at,
+            None => {
+                let image = self.boot_image(rows)?;
+                if self.images.len() == BOOT_IMAGES {
+                    self.images.remove(0);
+                }
+                self.images.push(image);
+                self.images.len() - 1
+            }
+        };
+        let base = slot * self.state_floats;
+        self.stream
+            .memset_zeros(&mut self.s.slice_mut(base..base + self.state_floats))?;
+        self.stream
+            .memset_zeros(&mut self.ctl.slice_mut(4 * slot..4 * slot + 4))?;
+        let layer_floats = self.hv * self.dk * self.dv;
+        let image = &self.images[at];
+        for (i, &start) in image.starts.iter().enumerate() {
+            let to = base + start;
+            self.stream.memcpy_dtod(
+                &image.floats.slice(i * layer_floats..(i + 1) * layer_floats),
+                &mut self.s.slice_mut(to..to + layer_floats),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// The whole recurrent state of each layer `rows` write into (zero elsewhere), on the GPU.
+    fn boot_image(&self, rows: &[MemoryRow]) -> anyhow::Result<BootImage> {
         let layer_floats = self.hv * self.dk * self.dv;
         let mut layers: Vec<usize> = rows.iter().map(|r| r.layer).collect();
         layers.sort_unstable();
         layers.dedup();
-        for layer in layers {
-            let start = *self
-                .recurrent
-                .get(layer)
-                .context("a memory row outside the chip's layers")? as usize;
-            let mut image = vec![0.0f32; layer_floats];
+        let mut host = vec![0.0f32; layers.len() * layer_floats];
+        let mut starts = Vec::with_capacity(layers.len());
+        for (i, &layer) in layers.iter().enumerate() {
+            starts.push(
+                *self
+                    .recurrent
+                    .get(layer)
+                    .context("a memory row outside the chip's layers")? as usize,
+            );
+            let image = &mut host[i * layer_floats..(i + 1) * layer_floats];
             for r in rows.iter().filter(|r| r.layer == layer) {
                 anyhow::ensure!(
                     r.head < self.hv && r.row < self.dk && r.values.len() == self.dv,
@@ -485,10 +627,68 @@ impl PassEngine for GpuChip {
                 let at = (r.head * self.dk + r.row) * self.dv;
                 image[at..at + self.dv].copy_from_slice(&r.values);
             }
-            self.stream
-                .memcpy_htod(&image, &mut self.s.slice_mut(start..start + layer_floats))?;
         }
-        Ok(())
+        Ok(BootImage {
+            rows: rows.to_vec(),
+            starts,
+            floats: self.stream.clone_htod(&host)?,
+        })
+    }
+}
+
+/// Boot images a GPU chip keeps (the programs of a batch most recently loaded).
+const BOOT_IMAGES: usize = 16;
+
+/// The state a boot's rows leave, kept on the GPU: the recurrent state of each layer they
+/// write, whole, and where each goes in a machine's state.
+struct BootImage {
+    rows: Vec<MemoryRow>,
+    starts: Vec<usize>,
+    floats: CudaSlice<f32>,
+}
+
+impl BatchEngine for GpuChip {
+    fn slots(&self) -> usize {
+        self.slots
+    }
+
+    fn load_slot(&mut self, slot: usize, rows: &[MemoryRow]) -> anyhow::Result<()> {
+        self.load_machine(slot, rows)
+    }
+
+    fn round(&mut self, work: &[SlotWork]) -> anyhow::Result<Vec<Vec<ChipToken>>> {
+        let ids: Vec<Vec<u32>> = work
+            .iter()
+            .map(|w| w.inputs.iter().map(|t| self.tokens.encode(t) as u32).collect())
+            .collect();
+        let launch: Vec<(usize, &[u32], usize, u32)> = work
+            .iter()
+            .zip(&ids)
+            .map(|(w, ids)| (w.slot, &ids[..], w.max, stop_mask(&w.stop_kinds)))
+            .collect();
+        self.launch(&launch)?.iter().map(|ids| self.decode(ids)).collect()
+    }
+}
+
+/// The kernels' mask of stop kinds.
+fn stop_mask(kinds: &[usize]) -> u32 {
+    kinds.iter().fold(0u32, |m, k| m | 1 << k)
+}
+
+impl PassEngine for GpuChip {
+    fn passes(&mut self, inputs: &[ChipToken], max: usize, stop_kinds: &[usize]) -> anyhow::Result<Vec<ChipToken>> {
+        let ids: Vec<u32> = inputs.iter().map(|t| self.tokens.encode(t) as u32).collect();
+        let out = self.run_ids(&ids, max, stop_mask(stop_kinds))?;
+        self.decode(&out)
+    }
+
+    fn memory_row(&self, layer: usize, head: usize, row: usize) -> anyhow::Result<Vec<f32>> {
+        let at = self.recurrent[layer] as usize + (head * self.dk + row) * self.dv;
+        Ok(self.stream.clone_dtoh(&self.s.slice(at..at + self.dv))?)
+    }
+
+    fn load_state(&mut self, rows: &[MemoryRow]) -> anyhow::Result<()> {
+        self.load_machine(0, rows)
     }
 
     fn lookahead(&self) -> usize {

@@ -159,7 +159,7 @@ impl GpuTextModel {
         }
         let ctx = CudaContext::new(ordinal).with_context(|| format!("cannot open CUDA device {ordinal}"))?;
         let stream = ctx.default_stream();
-        let module = super::compile(&ctx, KERNEL, "the text kernels")?;
+        let module = super::compile(&ctx, KERNEL, "the text kernels", &[])?;
         let f = |name: &str| {
             module
                 .load_function(name)

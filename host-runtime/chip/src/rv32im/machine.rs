@@ -152,6 +152,28 @@ fn started_slot(t: &ChipToken) -> Option<usize> {
     }
 }
 
+/// Whether a `t` token of `cause` is followed by a `w1 w2 w3` value (the exit code, the
+/// faulting address or jump target).
+fn trap_has_value(cause: usize) -> bool {
+    matches!(cause, 0 | 1 | 4 | 5 | 6 | 7 | CAUSE_EXIT)
+}
+
+/// The engine of a fed machine ([`ChipMachine::fed`]): its driver runs the passes, so
+/// none is ever asked for; asked, it says so instead of inventing a token.
+struct Unfed;
+
+impl PassEngine for Unfed {
+    fn passes(&mut self, _: &[ChipToken], _: usize, _: &[usize]) -> anyhow::Result<Vec<ChipToken>> {
+        anyhow::bail!("a batch machine ran past the passes its driver fed it")
+    }
+    fn memory_row(&self, _: usize, _: usize, _: usize) -> anyhow::Result<Vec<f32>> {
+        anyhow::bail!("a batch machine's state lives in its batch engine")
+    }
+    fn load_state(&mut self, _: &[crate::MemoryRow]) -> anyhow::Result<()> {
+        anyhow::bail!("a batch machine is booted by its driver")
+    }
+}
+
 /// The value a `w1 w2 w3` triple spells.
 fn word_of(parts: &[ChipToken]) -> u32 {
     let mut w = 0u32;
@@ -369,64 +391,120 @@ impl<'a> ChipMachine<'a> {
     pub fn run(&mut self, budget: u64, mut golden: Option<&mut Machine>) -> Result<RunEnd, ChipError> {
         let limit = self.counts.retired.saturating_add(budget);
         loop {
-            let tok = self.next.clone();
-            let start = started_slot(&tok);
-            let (new_row, in_millicode) = match tok.kind {
-                kind::X => (row_of(tok.values[0], tok.values[1], tok.values[2]), false),
-                kind::XM => (MILLICODE_FIRST_ROW + tok.values[0], true),
-                _ => (self.base_row, self.in_millicode),
-            };
-            let user_start = start.filter(|_| !in_millicode);
-            let mut retiring = false;
-            let retired_pc = self.in_flight.unwrap_or(0);
-            if let Some(slot) = user_start {
-                // The instruction in flight has finished: it retires as this token starts the next.
-                if self.in_flight.is_some() {
-                    retiring = true;
-                    if let Some(g) = golden.as_deref_mut() {
-                        let stored = self.stored_line(g);
-                        self.golden_step(g)?;
-                        self.check_memory(g, stored)?;
-                    }
-                    self.counts.retired += 1;
-                }
-                if self.counts.retired >= limit {
-                    self.in_flight = None;
-                    return Ok(RunEnd::BudgetExhausted {
-                        pc: Self::pc_of(new_row, slot),
-                    });
-                }
+            if let Some(end) = self.pass(limit, golden.as_deref_mut())? {
+                return Ok(end);
             }
-            let out = self.consume(&tok, golden.is_some())?;
-            self.counts.pass(PassCause::of(tok.kind, in_millicode, self.in_fill));
-            self.in_fill = match tok.kind {
-                kind::FZ => true,
-                kind::RR => false,
-                _ => self.in_fill,
-            };
-            self.base_row = new_row;
-            self.in_millicode = in_millicode;
-            if let Some(slot) = user_start {
-                self.in_flight = Some(Self::pc_of(new_row, slot));
-                if retiring {
-                    if let Some(g) = golden.as_deref_mut() {
-                        self.check_registers(g, Self::pc_of(new_row, slot))
-                            .map_err(|e| self.locate(e, retired_pc))?;
-                    }
-                }
-            } else if start.is_some() && self.in_flight.is_none() {
-                return Err(ChipError::Protocol {
-                    token: tok,
-                    expected: "a start in user code",
-                });
-            }
-            match out.kind {
-                kind::T => return self.finish(out.values[0], golden),
-                kind::O => self.console.push((out.values[0] | out.values[1] << 4) as u8),
-                _ => {}
-            }
-            self.next = out;
         }
+    }
+
+    /// A machine of a batch (see [`super::batch`]): booted by its driver, which runs its
+    /// passes elsewhere and hands it the chosen tokens ([`Self::feed`]); the machine never
+    /// runs a pass itself. Its next pass consumes `entry`.
+    pub fn fed(
+        model: &'a ChipModel,
+        image: &ProgramImage,
+        entry: ChipToken,
+        boot_passes: usize,
+    ) -> Result<Self, ChipError> {
+        Self::booted(model, Box::new(Unfed), image, entry, boot_passes)
+    }
+
+    /// Tokens the chip chose for this machine, in order, after those fed before.
+    pub fn feed(&mut self, chosen: impl IntoIterator<Item = ChipToken>) {
+        self.ahead.extend(chosen);
+    }
+
+    /// The last token fed and not yet followed (what the next pass run for this machine
+    /// consumes), or the first token its run consumes.
+    pub fn next_input(&self) -> &ChipToken {
+        self.ahead.back().unwrap_or(&self.next)
+    }
+
+    /// The pc of the instruction under way (the entry point before the first).
+    pub fn pc(&self) -> u32 {
+        self.in_flight.unwrap_or(self.image.entry)
+    }
+
+    /// Follows the fed tokens until the run ends (Some) or the machine needs more passes
+    /// (None), without retiring more than `limit` instructions in all.
+    pub fn run_fed(&mut self, limit: u64) -> Result<Option<RunEnd>, ChipError> {
+        while self.fed_enough() {
+            if let Some(end) = self.pass(limit, None)? {
+                return Ok(Some(end));
+            }
+        }
+        Ok(None)
+    }
+
+    /// The next pass's choice has been fed, and if it ends the run, the value after it.
+    fn fed_enough(&self) -> bool {
+        match self.ahead.front() {
+            Some(t) if t.kind == kind::T && trap_has_value(t.values[0]) => self.ahead.len() > 3,
+            Some(_) => true,
+            None => false,
+        }
+    }
+
+    /// Follows one pass: the one consuming `self.next`. Some when the run ended.
+    fn pass(&mut self, limit: u64, mut golden: Option<&mut Machine>) -> Result<Option<RunEnd>, ChipError> {
+        let tok = self.next.clone();
+        let start = started_slot(&tok);
+        let (new_row, in_millicode) = match tok.kind {
+            kind::X => (row_of(tok.values[0], tok.values[1], tok.values[2]), false),
+            kind::XM => (MILLICODE_FIRST_ROW + tok.values[0], true),
+            _ => (self.base_row, self.in_millicode),
+        };
+        let user_start = start.filter(|_| !in_millicode);
+        let mut retiring = false;
+        let retired_pc = self.in_flight.unwrap_or(0);
+        if let Some(slot) = user_start {
+            // The instruction in flight has finished: it retires as this token starts the next.
+            if self.in_flight.is_some() {
+                retiring = true;
+                if let Some(g) = golden.as_deref_mut() {
+                    let stored = self.stored_line(g);
+                    self.golden_step(g)?;
+                    self.check_memory(g, stored)?;
+                }
+                self.counts.retired += 1;
+            }
+            if self.counts.retired >= limit {
+                self.in_flight = None;
+                return Ok(Some(RunEnd::BudgetExhausted {
+                    pc: Self::pc_of(new_row, slot),
+                }));
+            }
+        }
+        let out = self.consume(&tok, golden.is_some())?;
+        self.counts.pass(PassCause::of(tok.kind, in_millicode, self.in_fill));
+        self.in_fill = match tok.kind {
+            kind::FZ => true,
+            kind::RR => false,
+            _ => self.in_fill,
+        };
+        self.base_row = new_row;
+        self.in_millicode = in_millicode;
+        if let Some(slot) = user_start {
+            self.in_flight = Some(Self::pc_of(new_row, slot));
+            if retiring {
+                if let Some(g) = golden.as_deref_mut() {
+                    self.check_registers(g, Self::pc_of(new_row, slot))
+                        .map_err(|e| self.locate(e, retired_pc))?;
+                }
+            }
+        } else if start.is_some() && self.in_flight.is_none() {
+            return Err(ChipError::Protocol {
+                token: tok,
+                expected: "a start in user code",
+            });
+        }
+        match out.kind {
+            kind::T => return self.finish(out.values[0], golden).map(Some),
+            kind::O => self.console.push((out.values[0] | out.values[1] << 4) as u8),
+            _ => {}
+        }
+        self.next = out;
+        Ok(None)
     }
 
     /// Adds the instruction to a mismatch report.
@@ -471,7 +549,7 @@ impl<'a> ChipMachine<'a> {
             token: token(kind::T, &[cause]),
             expected: "a trap inside an instruction",
         })?;
-        let with_value = matches!(cause, 0 | 1 | 4 | 5 | 6 | 7 | CAUSE_EXIT);
+        let with_value = trap_has_value(cause);
         let mut value = 0;
         if with_value {
             let mut parts = Vec::new();
