@@ -18,7 +18,9 @@ mkdir -p .gpu/bin .gpu/elf
 for b in inband weightgen weight-surgery; do
     strip -o ".gpu/bin/$b" "target/release/$b"
 done
+# Carried compressed (the carry limit); gpu-checks.sh unpacks it.
 strip -o .gpu/bin/inband_exec "$exec_test"
+gzip -nf .gpu/bin/inband_exec
 # (and the programs that end otherwise: a mixed batch's traps and exhausted budget)
 for p in firmware/examples/*.c firmware/isa/*.S tests/ram/whole_ram.c tests/programs/exit_code.c \
     tests/programs/runaway.c tests/programs/illegal_instruction.S tests/programs/misaligned_load.S; do
@@ -41,6 +43,19 @@ for tool in as ld; do cp "$("$gcc" -print-prog-name=$tool)" "$T/lib/riscv64-unkn
 for b in "$T/lib/gcc/riscv64-unknown-elf/$version/cc1" "$T/lib/riscv64-unknown-elf/bin/as" "$T/lib/riscv64-unknown-elf/bin/ld"; do
     ldd "$b" | awk '/=> \// && $3 !~ /\/lib(c|m)\.so/ {print $3}' | xargs -r -I{} cp -L {} "$T/so/"
 done
+# picolibc, which in-band expressions link: its rv32im/ilp32 libc (debug information
+# stripped) and libm stub, its headers, and the specs beside cc1; carried compressed (the
+# carry limit) and unpacked by scripts/gpu-checks.sh into $T/lib/picolibc, where the
+# toolchain looks for it (--picolibc-prefix).
+P=/usr/lib/picolibc/riscv64-unknown-elf
+stage=$(mktemp -d)
+mkdir -p "$stage/lib/picolibc/riscv64-unknown-elf/lib/rv32im/ilp32"
+cp -r "$P/include" "$stage/lib/picolibc/riscv64-unknown-elf/"
+riscv64-unknown-elf-strip -g -o "$stage/lib/picolibc/riscv64-unknown-elf/lib/rv32im/ilp32/libc.a" "$P/lib/rv32im/ilp32/libc.a"
+cp "$P/lib/rv32im/ilp32/libm.a" "$stage/lib/picolibc/riscv64-unknown-elf/lib/rv32im/ilp32/"
+tar czf "$T/picolibc.tar.gz" -C "$stage" lib
+rm -rf "$stage"
+cp "$("$gcc" -print-file-name=picolibc.specs)" "$T/lib/gcc/riscv64-unknown-elf/$version/"
 mkdir -p .gpu/trace
 # A 0.8b chip pack (the GPU machine's checkpoint is spliced from the same weights).
 pack=target/gpu-pack-0.8b

@@ -34,7 +34,7 @@
 #                 machines' token streams vs the CPU engine's single-stream ones; a batch
 #                 mixing exits, an exit code, traps and an exhausted budget; the scaling
 #                 table (inband bench --batch max); BATCH_THREADS sets the threads per machine
-#   untouched     tests/tests/inband_exec.rs (carried as .gpu/bin/inband_exec), its
+#   untouched     tests/tests/inband_exec.rs (carried as .gpu/bin/inband_exec.gz), its
 #                 code regions on CUDA, Qwen's layers on the CPU then on CUDA: Qwen's caches
 #                 end as if the VM had never run
 set -u
@@ -92,6 +92,9 @@ chip_args() {
         M=(--engine chip --chip "$W/pack" --device cuda)
     fi
 }
+# The carried RISC-V compiler (scripts/build-gpu.sh) for in-band execution, with the
+# picolibc that expressions link (carried compressed).
+[ -d .gpu/toolchain/lib/picolibc ] || tar xzf .gpu/toolchain/picolibc.tar.gz -C .gpu/toolchain
 # The carried RISC-V compiler (scripts/build-gpu.sh) for in-band execution.
 export INBAND_TOOLCHAIN=$PWD/.gpu/toolchain LD_LIBRARY_PATH=$PWD/.gpu/toolchain/so${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 PROMPT="The computer inside the model says"
@@ -193,7 +196,7 @@ for section in "${SECTIONS[@]}"; do
     inband)
         G=(--model "$W/spliced" --device cuda --vm-device cuda --stats --max-tokens 4 --prompt "$PROMPT")
         # Two regions in the forced text: they run as one batch (a machine each).
-        step 200 $B/inband generate "${G[@]}" --force "Question: 847*293? Answer: [C: 847*293]. And 12345*6789? [C: 12345*6789]"
+        step 200 $B/inband generate "${G[@]}" --force "Question: 847*293? Answer: [C: 847*293]. And 12345*6789? [C: 12345*6789]. Root two: [C: sqrt(2.0)]"
         ;;
     inband-euler10)
         G=(--model "$W/spliced" --device cuda --vm-device cuda --stats --max-tokens 4 --prompt "$PROMPT")
@@ -221,8 +224,9 @@ for section in "${SECTIONS[@]}"; do
         step 400 "${T[@]}" $B/inband bench "${M[@]:2}" --batch ${BATCH_MACHINES:-max} $E/hello.elf $E/strings.elf
         ;;
     untouched)
-        INBAND_VM_DEVICE=cuda step 200 .gpu/bin/inband_exec --nocapture
-        INBAND_VM_DEVICE=cuda INBAND_TEXT_DEVICE=cuda step 200 .gpu/bin/inband_exec --nocapture
+        gunzip -c .gpu/bin/inband_exec.gz >"$W/inband_exec" && chmod +x "$W/inband_exec"
+        INBAND_VM_DEVICE=cuda step 200 "$W/inband_exec" --nocapture
+        INBAND_VM_DEVICE=cuda INBAND_TEXT_DEVICE=cuda step 200 "$W/inband_exec" --nocapture
         ;;
     *) echo "unknown section $section" >>"$LOG" ;;
     esac

@@ -2,11 +2,13 @@
 # Installs what inband needs beyond Rust, idempotently:
 #   gcc-riscv64-unknown-elf, binutils-riscv64-unknown-elf  (C -> RV32IM ELF, with libgcc)
 #   qemu-user                                              (qemu-riscv32: the independent oracle)
+#   picolibc-riscv64-unknown-elf                           (the C library of `inband build --libc picolibc` and of in-band expressions)
 set -euo pipefail
 
 need=()
 command -v riscv64-unknown-elf-gcc >/dev/null 2>&1 || need+=(gcc-riscv64-unknown-elf binutils-riscv64-unknown-elf)
 command -v qemu-riscv32 >/dev/null 2>&1 || need+=(qemu-user)
+[ -f /usr/lib/picolibc/riscv64-unknown-elf/picolibc.specs ] || need+=(picolibc-riscv64-unknown-elf)
 command -v mkfifo >/dev/null 2>&1 || need+=(coreutils)
 
 if [ ${#need[@]} -gt 0 ]; then

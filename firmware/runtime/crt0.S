@@ -8,6 +8,10 @@ _start:
     la      gp, __global_pointer$
     .option pop
     la      sp, __stack_top
+#ifdef INBAND_PICOLIBC
+    # picolibc's thread-local data: the image's block, in place.
+    la      tp, __tls_base
+#endif
     li      a0, 0
     li      a1, 0
     call    main

@@ -16,7 +16,7 @@ pub mod toolchain;
 use std::path::PathBuf;
 
 pub use elf::{load_elf, ElfError, ProgramImage};
-pub use toolchain::{BuildError, Flavor, Toolchain};
+pub use toolchain::{BuildError, BuildOptions, Flavor, Libc, Toolchain};
 
 /// The folder of example C programs in this source tree.
 pub fn examples_dir() -> PathBuf {

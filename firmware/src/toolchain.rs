@@ -43,6 +43,33 @@ const LINK_FLAGS: &[&str] = &[
     "-Wl,--no-warn-rwx-segments",
 ];
 
+/// Which C library a program is linked with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Libc {
+    /// inband's own small libc (`firmware/runtime/libc.c`): printf of integers and
+    /// strings, malloc, the string functions; division-free number printing.
+    #[default]
+    Inband,
+    /// picolibc (Debian `picolibc-riscv64-unknown-elf`, its rv32im/ilp32 build): the
+    /// whole C library with libm, full stdio (floating-point printf), stdlib, setjmp;
+    /// its stdio writes through inband's console and its `_exit` is inband's exit
+    /// (`firmware/runtime/picolibc_glue.c`).
+    Picolibc,
+}
+
+/// How a program is built beyond its sources: the C library, and the options a
+/// multi-file or existing program needs without editing (`-I`, `-D`, `-l`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BuildOptions {
+    pub libc: Libc,
+    /// `-I` folders.
+    pub include_dirs: Vec<PathBuf>,
+    /// `-D` definitions (`NAME` or `NAME=VALUE`).
+    pub defines: Vec<String>,
+    /// `-l` libraries (`m`: with picolibc, its libm is part of its libc).
+    pub libraries: Vec<String>,
+}
+
 /// Which platform layer a program is linked with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Flavor {
@@ -75,6 +102,7 @@ const RUNTIME_FILES: &[(&str, &str)] = &[
     ("libc.c", include_str!("../runtime/libc.c")),
     ("platform_bare.c", include_str!("../runtime/platform_bare.c")),
     ("platform_linux.c", include_str!("../runtime/platform_linux.c")),
+    ("picolibc_glue.c", include_str!("../runtime/picolibc_glue.c")),
     (
         "include/inband_platform.h",
         include_str!("../runtime/include/inband_platform.h"),
@@ -136,7 +164,13 @@ struct CompiledRuntime {
 impl CompiledRuntime {
     /// Writes the runtime into a new folder and compiles it there (trusted sources: not
     /// confined).
-    fn compile(gcc: &Path, flavor: Flavor, opt_level: &str) -> Result<Self, BuildError> {
+    fn compile(
+        gcc: &Path,
+        flavor: Flavor,
+        libc: Libc,
+        picolibc: &[OsString],
+        opt_level: &str,
+    ) -> Result<Self, BuildError> {
         let dir = tempfile::tempdir().map_err(io(&std::env::temp_dir()))?;
         let runtime = dir.path();
         std::fs::create_dir_all(runtime.join("include")).map_err(io(runtime))?;
@@ -146,13 +180,16 @@ impl CompiledRuntime {
         }
         let script = runtime.join("link.ld");
         std::fs::write(&script, memory_map::linker_script()).map_err(io(&script))?;
-        let out = Command::new(gcc)
-            .current_dir(runtime)
-            .args(ARCH_FLAGS)
-            .arg(opt_level)
-            .args(FREESTANDING_FLAGS)
-            .args(["-Wall", "-Iinclude", "-ffunction-sections", "-fdata-sections", "-c"])
-            .args(["crt0.S", "libc.c", Self::platform(flavor)])
+        let mut command = Command::new(gcc);
+        command.current_dir(runtime).args(ARCH_FLAGS).arg(opt_level);
+        match libc {
+            Libc::Inband => command.args(FREESTANDING_FLAGS).arg("-Iinclude"),
+            // picolibc's own headers; ours only for the platform layer's quoted include.
+            Libc::Picolibc => command.args(picolibc).args(["-DINBAND_PICOLIBC", "-iquote", "include"]),
+        };
+        let out = command
+            .args(["-Wall", "-ffunction-sections", "-fdata-sections", "-c"])
+            .args(Self::objects(flavor, libc).map(|o| o.replace(".o", Self::source_ending(o))))
             .output()
             .map_err(io(gcc))?;
         if !out.status.success() {
@@ -163,39 +200,80 @@ impl CompiledRuntime {
         Ok(Self { dir })
     }
 
-    fn platform(flavor: Flavor) -> &'static str {
-        match flavor {
-            Flavor::BareMetal => "platform_bare.c",
-            Flavor::LinuxUser => "platform_linux.c",
+    /// The runtime's objects: startup code, the C library (ours) or its glue (picolibc's),
+    /// the platform layer.
+    fn objects(flavor: Flavor, libc: Libc) -> [&'static str; 3] {
+        let platform = match flavor {
+            Flavor::BareMetal => "platform_bare.o",
+            Flavor::LinuxUser => "platform_linux.o",
+        };
+        let library = match libc {
+            Libc::Inband => "libc.o",
+            Libc::Picolibc => "picolibc_glue.o",
+        };
+        ["crt0.o", library, platform]
+    }
+
+    /// The ending of an object's source (`crt0.S`, the rest C).
+    fn source_ending(object: &str) -> &'static str {
+        if object == "crt0.o" {
+            ".S"
+        } else {
+            ".c"
         }
     }
 
     /// The compiler's arguments that build `sources` against this runtime into `staged`.
-    fn arguments(&self, sources: &[PathBuf], flavor: Flavor, opt_level: &str, staged: &Path) -> Vec<OsString> {
+    fn arguments(
+        &self,
+        sources: &[PathBuf],
+        flavor: Flavor,
+        options: &BuildOptions,
+        picolibc: &[OsString],
+        opt_level: &str,
+        staged: &Path,
+    ) -> Vec<OsString> {
         let runtime = self.dir.path();
         let mut args: Vec<OsString> = Vec::new();
         args.extend(ARCH_FLAGS.iter().map(OsString::from));
         args.push(opt_level.into());
-        args.extend(FREESTANDING_FLAGS.iter().map(OsString::from));
+        match options.libc {
+            Libc::Inband => {
+                args.extend(FREESTANDING_FLAGS.iter().map(OsString::from));
+                args.push(format!("-I{}", runtime.join("include").display()).into());
+            }
+            Libc::Picolibc => {
+                args.extend(picolibc.iter().cloned());
+                args.push("-nostartfiles".into());
+            }
+        }
         args.push("-Wall".into());
-        args.push(format!("-I{}", runtime.join("include").display()).into());
+        for dir in &options.include_dirs {
+            args.push(format!("-I{}", dir.display()).into());
+        }
+        args.extend(options.defines.iter().map(|d| OsString::from(format!("-D{d}"))));
         args.push("-T".into());
         args.push(runtime.join("link.ld").into_os_string());
         args.extend(LINK_FLAGS.iter().map(OsString::from));
         args.push("-o".into());
         args.push(staged.as_os_str().to_owned());
-        let platform = Self::platform(flavor).replace(".c", ".o");
-        for object in ["crt0.o", "libc.o", platform.as_str()] {
+        for object in Self::objects(flavor, options.libc) {
             args.push(runtime.join(object).into_os_string());
         }
         args.extend(sources.iter().map(|s| s.clone().into_os_string()));
+        args.extend(options.libraries.iter().map(|l| OsString::from(format!("-l{l}"))));
         args.push("-lgcc".into());
         args
     }
 }
 
-/// Compiled runtimes by (flavor, optimisation level), shared by a toolchain's clones.
-type Runtimes = std::sync::Arc<std::sync::Mutex<HashMap<(Flavor, String), std::sync::Arc<CompiledRuntime>>>>;
+/// Compiled runtimes by (flavor, C library, optimisation level), shared by a toolchain's
+/// clones.
+type Runtimes = std::sync::Arc<std::sync::Mutex<HashMap<(Flavor, Libc, String), std::sync::Arc<CompiledRuntime>>>>;
+
+/// The GCC option that compiles and links against picolibc (its headers, its libc with
+/// libm, libgcc; the linker script stays ours).
+const PICOLIBC_SPECS: &str = "--specs=picolibc.specs";
 
 /// A located RISC-V GCC.
 #[derive(Debug, Clone)]
@@ -204,25 +282,58 @@ pub struct Toolchain {
     /// What a confined compile may read, found once (three queries of the driver).
     readable: std::sync::OnceLock<Vec<PathBuf>>,
     runtimes: Runtimes,
+    options: BuildOptions,
+    /// A relocated toolchain's own picolibc (`DIR/lib/picolibc`, as `scripts/build-gpu.sh`
+    /// lays it out), else None: the system's (`/usr/lib/picolibc`).
+    picolibc_prefix: Option<PathBuf>,
 }
 
 impl Toolchain {
     fn at(gcc: PathBuf) -> Self {
+        let picolibc_prefix = gcc
+            .parent()
+            .and_then(Path::parent)
+            .filter(|dir| dir.join("lib/picolibc").is_dir())
+            .map(Path::to_path_buf);
         Self {
             gcc,
             readable: Default::default(),
             runtimes: Default::default(),
+            options: BuildOptions::default(),
+            picolibc_prefix,
         }
+    }
+
+    /// The options that compile and link against picolibc.
+    fn picolibc_flags(&self) -> Vec<OsString> {
+        let mut flags = vec![OsString::from(PICOLIBC_SPECS)];
+        if let Some(prefix) = &self.picolibc_prefix {
+            flags.push(format!("--picolibc-prefix={}", prefix.display()).into());
+        }
+        flags
+    }
+
+    /// This toolchain building with `options` (the C library, `-I`, `-D`, `-l`).
+    pub fn with_options(mut self, options: BuildOptions) -> Self {
+        self.options = options;
+        self
     }
 
     /// The runtime compiled for `flavor` at `opt_level` (compiled the first time).
     fn runtime(&self, flavor: Flavor, opt_level: &str) -> Result<std::sync::Arc<CompiledRuntime>, BuildError> {
         let mut runtimes = self.runtimes.lock().unwrap_or_else(|e| e.into_inner());
-        let key = (flavor, opt_level.to_string());
+        let libc = self.options.libc;
+        let key = (flavor, libc, opt_level.to_string());
         if let Some(r) = runtimes.get(&key) {
             return Ok(r.clone());
         }
-        let compiled = std::sync::Arc::new(CompiledRuntime::compile(&self.gcc, flavor, opt_level)?);
+        let compiled = std::sync::Arc::new(CompiledRuntime::compile(
+            &self.gcc,
+            flavor,
+            libc,
+            &self.picolibc_flags(),
+            opt_level,
+        )?);
         runtimes.insert(key, compiled.clone());
         Ok(compiled)
     }
@@ -287,7 +398,14 @@ impl Toolchain {
         })?;
         let runtime = work.path();
         let staged = runtime.join("program.elf");
-        let args = compiled.arguments(sources, flavor, opt_level, &staged);
+        let args = compiled.arguments(
+            sources,
+            flavor,
+            &self.options,
+            &self.picolibc_flags(),
+            opt_level,
+            &staged,
+        );
         let mut command = Command::new(&self.gcc);
         command.args(&args);
         let (status, stdout, stderr) = match confined {
@@ -334,6 +452,10 @@ impl Toolchain {
                     paths.push(dir.to_path_buf());
                 }
             }
+        }
+        // A relocated toolchain's picolibc (the system's is under /usr/lib).
+        if let Some(prefix) = &self.picolibc_prefix {
+            paths.push(prefix.join("lib/picolibc"));
         }
         // A relocated toolchain's libraries (LD_LIBRARY_PATH) and the system's.
         if let Some(dirs) = std::env::var_os("LD_LIBRARY_PATH") {

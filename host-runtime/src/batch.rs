@@ -180,6 +180,8 @@ pub struct RunBatch<'a> {
     pub trace: Option<&'a Path>,
     pub stats: bool,
     pub toolchain: Option<&'a Path>,
+    /// The C library sources are built with.
+    pub libc: inband_firmware::Libc,
 }
 
 /// What `inband run --batch` found: whether every program exited with 0 and whether
@@ -195,7 +197,7 @@ pub fn run_programs(r: RunBatch) -> anyhow::Result<BatchVerdict> {
     let images: Vec<Arc<ProgramImage>> = r
         .programs
         .iter()
-        .map(|p| Ok(Arc::new(program::load_program(p, r.toolchain)?)))
+        .map(|p| Ok(Arc::new(program::load_program(p, r.toolchain, r.libc)?)))
         .collect::<anyhow::Result<_>>()?;
     let chip = r.source.open()?;
     let machines = match r.machines {
@@ -323,7 +325,12 @@ pub fn bench(
     let chip = source.open()?;
     let images: Vec<(String, Arc<ProgramImage>)> = programs
         .iter()
-        .map(|p| Ok((program_name(p), Arc::new(program::load_program(p, toolchain)?))))
+        .map(|p| {
+            Ok((
+                program_name(p),
+                Arc::new(program::load_program(p, toolchain, Default::default())?),
+            ))
+        })
         .collect::<anyhow::Result<_>>()?;
     let (per_machine, fits) = capacity(&chip, device)?;
     let largest = match machines {

@@ -37,7 +37,7 @@ pub fn bench(
             .map(|s| s.to_string_lossy())
             .unwrap_or_default()
             .to_string();
-        let image = program::load_program(path, toolchain)?;
+        let image = program::load_program(path, toolchain, Default::default())?;
         let (speed, counts) = bench_one(&chip, device, &image, &name)?;
         if against_reference {
             let (reference, _) = bench_one(&chip, device.with_kernel(vm::CudaKernel::Reference), &image, &name)?;
@@ -81,7 +81,7 @@ pub fn bench_boot(
     println!("|---|---|---|---|---|---|");
     for path in &programs {
         let name = path.file_stem().map(|s| s.to_string_lossy()).unwrap_or_default();
-        let image = program::load_program(path, toolchain)?;
+        let image = program::load_program(path, toolchain, Default::default())?;
         let mut vm = vm::Vm::new(&chip, device)?;
         let mut boot = |boot: vm::Boot| -> anyhow::Result<vm::VmRun> {
             Ok(vm.run(

@@ -22,7 +22,7 @@ use inband_chip::rv32im::batch::{run_batch, BatchOptions, Job};
 use inband_chip::rv32im::load::BootLoader;
 use inband_chip::{BatchEngine, ChipModel};
 use inband_firmware::sandbox::REGION_LIMITS;
-use inband_firmware::{load_elf, Flavor, Toolchain};
+use inband_firmware::{load_elf, BuildOptions, Flavor, Libc, Toolchain};
 use inband_golden::RunEnd;
 
 use crate::vm::{self, Device};
@@ -191,11 +191,13 @@ mod value_type {
 /// The C program that hands `expr`'s value to the host: a type byte, then the value's
 /// bytes as stored (little-endian), or a string's bytes up to its NUL. The chip computes
 /// the value; the host formats it (integers in decimal, `float` and `double` as
-/// `printf("%.17g")` does), so the program needs no C library and runs in a few passes.
+/// `printf("%.17g")` does), so the program prints nothing through the C library and runs
+/// in a few passes. It includes picolibc's maths, string and stdlib headers.
 fn expression_program(expr: &str) -> String {
     use value_type::*;
     format!(
-        "extern const char inband_expression_type_not_printable[];\n\
+        "#include <ctype.h>\n#include <limits.h>\n#include <math.h>\n#include <stdint.h>\n#include <stdlib.h>\n#include <string.h>\n\
+         extern const char inband_expression_type_not_printable[];\n\
          #define INBAND_PUT(b) (*(volatile unsigned char *){console:#x}u = (unsigned char)(b))\n\
          int main(void) {{\n\
          __auto_type inband_value = ({expr});\n\
@@ -213,7 +215,7 @@ fn expression_program(expr: &str) -> String {
          const unsigned char *inband_b = (const unsigned char *)&inband_value;\n\
          for (unsigned i = 0; i < sizeof inband_value; i++) INBAND_PUT(inband_b[i]);\n\
          }}\n\
-         return 0;\n}}\n",
+         _Exit(0); /* nothing is buffered: skip exit()'s handlers */\n}}\n",
         console = inband_firmware::memory_map::MMIO_CONSOLE_TX,
     )
 }
@@ -391,7 +393,7 @@ impl<'a> Executor<'a> {
             return compiled;
         }
         let start = Instant::now();
-        match self.compile(&source) {
+        match self.compile(&source, region_libc(is_expression)) {
             Ok(image) => compiled.image = Some(image),
             Err(message) => compiled.execution.injected = wrap(is_expression, &message),
         }
@@ -485,7 +487,7 @@ impl<'a> Executor<'a> {
         // Compiling and booting a first expression compiles the C runtime and teaches
         // the loader the startup code every region shares. A toolchain that fails here
         // is reported by the first region instead.
-        if let Ok(image) = self.compile(&expression_program("0")) {
+        if let Ok(image) = self.compile(&expression_program("0"), region_libc(true)) {
             resident.warm_up(&image)?;
         }
         Ok(start.elapsed().as_secs_f64())
@@ -517,14 +519,23 @@ impl<'a> Executor<'a> {
         Ok(std::cell::RefMut::map(resident, |r| r.vm.as_mut().expect("made above")))
     }
 
-    fn compile(&self, source: &str) -> Result<inband_firmware::ProgramImage, String> {
+    fn compile(&self, source: &str, libc: Libc) -> Result<inband_firmware::ProgramImage, String> {
         let dir = tempfile::tempdir().map_err(|e| format!("error: no temporary folder: {e}"))?;
         let path: PathBuf = dir.path().join("region.c");
         std::fs::write(&path, source).map_err(|e| format!("error: cannot write the source: {e}"))?;
         let toolchain = self
             .toolchain
-            .as_ref()
-            .ok_or("error: no RISC-V compiler on this machine (scripts/setup.sh installs one)")?;
+            .clone()
+            .ok_or("error: no RISC-V compiler on this machine (scripts/setup.sh installs one)")?
+            .with_options(BuildOptions {
+                libc,
+                libraries: if libc == Libc::Picolibc {
+                    vec!["m".into()]
+                } else {
+                    vec![]
+                },
+                ..Default::default()
+            });
         // Model-written code: compiled with nothing of the host reachable (see
         // inband_firmware::sandbox).
         let elf = dir.path().join("region.elf");
@@ -533,6 +544,17 @@ impl<'a> Executor<'a> {
             .map_err(|e| first_error(&e.to_string()))?;
         let bytes = std::fs::read(&elf).map_err(|e| format!("error: cannot read the program: {e}"))?;
         load_elf(&bytes).map_err(|e| format!("error: {e}"))
+    }
+}
+
+/// The C library a region links: an expression gets picolibc (its headers included, so
+/// `sqrt(2.0)`, `abs(x)`, `strlen(s)` work; the program itself prints nothing), a code
+/// block inband's small libc (its division-free printf keeps passes per instruction low).
+fn region_libc(is_expression: bool) -> Libc {
+    if is_expression {
+        Libc::Picolibc
+    } else {
+        Libc::Inband
     }
 }
 

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use inband_chip::rv32im::machine::ChipError;
-use inband_firmware::{Flavor, Toolchain};
+use inband_firmware::{BuildOptions, Flavor, Libc, Toolchain};
 use inband_golden::{Environment, Machine, RunEnd};
 use inband_host_runtime::session::{parse_seconds, SessionOptions, TextSession};
 use inband_host_runtime::vm::ChipSource;
@@ -34,6 +34,23 @@ enum Engine {
 }
 
 #[derive(Clone, Copy, ValueEnum)]
+enum LibcChoice {
+    /// inband's own small libc.
+    Inband,
+    /// picolibc (Debian picolibc-riscv64-unknown-elf).
+    Picolibc,
+}
+
+impl From<LibcChoice> for Libc {
+    fn from(choice: LibcChoice) -> Self {
+        match choice {
+            LibcChoice::Inband => Libc::Inband,
+            LibcChoice::Picolibc => Libc::Picolibc,
+        }
+    }
+}
+
+#[derive(Clone, Copy, ValueEnum)]
 enum BuildFlavor {
     /// Memory-mapped console and exit: what inband runs.
     Bare,
@@ -44,8 +61,9 @@ enum BuildFlavor {
 #[derive(Subcommand)]
 enum Command {
     /// Compile C (or assembly) into an RV32IM ELF linked for the inband memory map.
-    #[command(after_help = "Example:\n  inband build firmware/examples/fib.c -o fib.elf\n\n\
-        The program gets crt0, a small libc (printf, malloc, string functions) and libgcc.\n\
+    #[command(after_help = "Examples:\n  inband build firmware/examples/fib.c -o fib.elf\n  \
+        inband build --libc picolibc -Iinclude -DN=10 main.c util.c -lm -o prog.elf\n\n\
+        The program gets crt0, a C library (inband's small one, or picolibc) and libgcc.\n\
         main's return value is the exit code.")]
     Build {
         /// C or assembly sources (.c, .S, .s).
@@ -60,6 +78,20 @@ enum Command {
         /// GCC optimisation level.
         #[arg(short = 'O', long = "opt", default_value = "2")]
         opt: String,
+        /// The C library: inband (small: printf of integers and strings, malloc, string
+        /// functions) or picolibc (the whole library: math.h, float printf, qsort, strtol,
+        /// setjmp, assert…; installed by scripts/setup.sh).
+        #[arg(long, value_enum, default_value = "inband")]
+        libc: LibcChoice,
+        /// Add a folder to the include search path (as gcc's -I).
+        #[arg(short = 'I', value_name = "DIR")]
+        include: Vec<PathBuf>,
+        /// Define a macro, NAME or NAME=VALUE (as gcc's -D).
+        #[arg(short = 'D', value_name = "NAME[=VALUE]")]
+        define: Vec<String>,
+        /// Link a library (as gcc's -l; -lm with picolibc, whose libc holds libm).
+        #[arg(short = 'l', value_name = "LIB")]
+        library: Vec<String>,
         /// Toolchain folder holding bin/riscv64-unknown-elf-gcc (default: $INBAND_TOOLCHAIN or PATH).
         #[arg(long)]
         toolchain: Option<PathBuf>,
@@ -91,6 +123,10 @@ enum Command {
         /// machines that finish take the next program waiting.
         #[arg(long)]
         batch: bool,
+        /// The C library a source is built with: inband or picolibc (see `inband build
+        /// --help`; an ELF keeps the one it was built with).
+        #[arg(long, value_enum, default_value = "inband")]
+        libc: LibcChoice,
         /// (--batch) Machines the batch holds (a number or `max`: as many as the device's
         /// memory holds); default: one per program, at most what fits.
         #[arg(long, requires = "batch", value_parser = inband_host_runtime::batch::Machines::parse)]
@@ -249,14 +285,26 @@ fn main() -> ExitCode {
             output,
             flavor,
             opt,
+            libc,
+            include,
+            define,
+            library,
             toolchain,
         } => {
             let flavor = match flavor {
                 BuildFlavor::Bare => Flavor::BareMetal,
                 BuildFlavor::Linux => Flavor::LinuxUser,
             };
-            let result = Toolchain::locate(toolchain.as_deref())
-                .and_then(|tc| tc.build(&sources, flavor, &format!("-O{opt}"), &output));
+            let options = BuildOptions {
+                libc: libc.into(),
+                include_dirs: include,
+                defines: define,
+                libraries: library,
+            };
+            let result = Toolchain::locate(toolchain.as_deref()).and_then(|tc| {
+                tc.with_options(options)
+                    .build(&sources, flavor, &format!("-O{opt}"), &output)
+            });
             match result {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
@@ -269,6 +317,7 @@ fn main() -> ExitCode {
             programs,
             batch,
             machines,
+            libc,
             engine,
             stats,
             max_instructions,
@@ -312,6 +361,7 @@ fn main() -> ExitCode {
                     stats,
                     trace: trace.as_deref(),
                     toolchain: toolchain.as_deref(),
+                    libc: libc.into(),
                 };
                 return run_batch(
                     &programs,
@@ -326,7 +376,7 @@ fn main() -> ExitCode {
                 report("several programs run at once with --batch; without it, give one program");
                 return ExitCode::from(status::BUILD_OR_LOAD_FAILED);
             };
-            let image = match program::load_program(program, toolchain.as_deref()) {
+            let image = match program::load_program(program, toolchain.as_deref(), libc.into()) {
                 Ok(image) => image,
                 Err(e) => {
                     report_error(&e);
@@ -483,6 +533,7 @@ struct BatchFlags<'a> {
     stats: bool,
     trace: Option<&'a std::path::Path>,
     toolchain: Option<&'a std::path::Path>,
+    libc: Libc,
 }
 
 /// `inband run --batch`: every program at once, each in its own machine.
@@ -516,6 +567,7 @@ fn run_batch(
         trace: flags.trace,
         stats: flags.stats,
         toolchain: flags.toolchain,
+        libc: flags.libc,
     });
     match run {
         Ok(v) if !v.all_match_golden => ExitCode::from(status::VERIFY_MISMATCH),

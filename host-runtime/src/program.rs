@@ -1,10 +1,10 @@
 //! Resolving a program argument: a C or assembly source is built (bare-metal flavour,
-//! -O2); anything else is read as an ELF.
+//! -O2, with the C library asked for); anything else is read as an ELF.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use inband_firmware::{load_elf, Flavor, ProgramImage, Toolchain};
+use inband_firmware::{load_elf, BuildOptions, Flavor, Libc, ProgramImage, Toolchain};
 
 /// True when `path` names a source file that `inband` builds before running.
 pub fn is_source(path: &Path) -> bool {
@@ -32,10 +32,19 @@ fn read_elf_file(path: &Path) -> anyhow::Result<Vec<u8>> {
     std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))
 }
 
-/// Builds (if needed) and loads the program `path` names.
-pub fn load_program(path: &Path, toolchain: Option<&Path>) -> anyhow::Result<ProgramImage> {
+/// Builds (if needed, linking `libc`) and loads the program `path` names.
+pub fn load_program(path: &Path, toolchain: Option<&Path>, libc: Libc) -> anyhow::Result<ProgramImage> {
     let bytes = if is_source(path) {
-        let tc = Toolchain::locate(toolchain)?;
+        let libraries = if libc == Libc::Picolibc {
+            vec!["m".into()]
+        } else {
+            vec![]
+        };
+        let tc = Toolchain::locate(toolchain)?.with_options(BuildOptions {
+            libc,
+            libraries,
+            ..Default::default()
+        });
         tc.build_to_bytes(&[PathBuf::from(path)], Flavor::BareMetal, "-O2")
             .with_context(|| format!("cannot build {}", path.display()))?
     } else {

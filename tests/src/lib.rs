@@ -10,7 +10,7 @@ pub mod fuzz;
 
 use std::path::{Path, PathBuf};
 
-use inband_firmware::{load_elf, Flavor, Toolchain};
+use inband_firmware::{load_elf, BuildOptions, Flavor, Libc, Toolchain};
 use inband_golden::{qemu, ArchState, Environment, Machine, RunEnd};
 
 /// Every program the suites run: the examples and our ISA tests.
@@ -30,9 +30,32 @@ pub fn program_name(path: &Path) -> String {
     }
 }
 
+/// The programs that need picolibc (`tests/picolibc/`): libm, stdio with floats,
+/// stdlib, setjmp. Built with [`picolibc`].
+pub fn picolibc_programs() -> Vec<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("picolibc");
+    inband_firmware::sources_in(&dir, &["c"]).expect("tests/picolibc/")
+}
+
+/// Build options that link picolibc (and its libm).
+pub fn picolibc() -> BuildOptions {
+    BuildOptions {
+        libc: Libc::Picolibc,
+        libraries: vec!["m".into()],
+        ..Default::default()
+    }
+}
+
 /// Builds `source` in `flavor` into `dir`, returning the ELF's path.
 pub fn build(source: &Path, flavor: Flavor, dir: &Path) -> PathBuf {
-    let tc = Toolchain::locate(None).expect("the RISC-V toolchain (scripts/setup.sh installs it)");
+    build_with(source, flavor, dir, BuildOptions::default())
+}
+
+/// As [`build`], with `options` (the C library, …).
+pub fn build_with(source: &Path, flavor: Flavor, dir: &Path, options: BuildOptions) -> PathBuf {
+    let tc = Toolchain::locate(None)
+        .expect("the RISC-V toolchain (scripts/setup.sh installs it)")
+        .with_options(options);
     let suffix = match flavor {
         Flavor::BareMetal => "bare",
         Flavor::LinuxUser => "linux",

@@ -58,7 +58,12 @@ fn program(name: &str) -> std::path::PathBuf {
 
 /// A whole program: same end, same console, every step checked; returns passes/instruction.
 fn whole(name: &str) -> f64 {
-    let image = image_of(&program(name));
+    whole_image(name, &image_of(&program(name)))
+}
+
+/// As [`whole`], for a program already built.
+fn whole_image(name: &str, image: &ProgramImage) -> f64 {
+    let image = image.clone();
     let (want, console) = golden_end(&image, u64::MAX);
     let (end, counts, chip_console) = lockstep(name, &image, u64::MAX);
     let RunEnd::Exited(code) = want else {
@@ -83,6 +88,34 @@ fn whole(name: &str) -> f64 {
         );
     }
     ratio
+}
+
+/// A picolibc program (`tests/picolibc/NAME.c`) built with picolibc, run whole.
+fn whole_picolibc(name: &str) -> f64 {
+    let source = inband_tests::picolibc_programs()
+        .into_iter()
+        .find(|p| program_name(p) == name)
+        .unwrap_or_else(|| panic!("no program {name} in tests/picolibc"));
+    let dir = tempfile::tempdir().unwrap();
+    let elf = inband_tests::build_with(&source, Flavor::BareMetal, dir.path(), inband_tests::picolibc());
+    whole_image(
+        &format!("picolibc/{name}"),
+        &load_elf(&std::fs::read(elf).unwrap()).unwrap(),
+    )
+}
+
+/// picolibc's assert, qsort, bsearch, strtol, strstr, strtok, snprintf, ctype, setjmp
+/// and longjmp (27 k instructions).
+#[test]
+fn picolibc_stdlib() {
+    whole_picolibc("stdlib");
+}
+
+/// picolibc's libm in double and float and printf of floats (142 k instructions of soft
+/// float, 2.8 passes each, many of them 64-bit divisions in millicode: 2–3 minutes).
+#[test]
+fn picolibc_math() {
+    whole_picolibc("math");
 }
 
 #[test]

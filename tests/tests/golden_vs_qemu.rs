@@ -3,17 +3,32 @@
 //! and ISA test (Linux-ABI builds), and the bare-metal build that inband runs prints
 //! the same console output and exits with the same code.
 
-use inband_firmware::Flavor;
+use inband_firmware::{BuildOptions, Flavor};
 use inband_golden::RunEnd;
-use inband_tests::{build, corpus, lockstep_against_qemu, program_name, run_golden_bare};
+use inband_tests::{
+    build_with, corpus, lockstep_against_qemu, picolibc, picolibc_programs, program_name, run_golden_bare,
+};
 
 fn check(name: &str) {
     let source = corpus()
         .into_iter()
         .find(|p| program_name(p) == name)
         .unwrap_or_else(|| panic!("no program {name} in the corpus"));
+    check_built(name, &source, BuildOptions::default());
+}
+
+/// A picolibc program (`tests/picolibc/NAME.c`), built with picolibc in both flavours.
+fn check_picolibc(name: &str) {
+    let source = picolibc_programs()
+        .into_iter()
+        .find(|p| program_name(p) == name)
+        .unwrap_or_else(|| panic!("no program {name} in tests/picolibc"));
+    check_built(name, &source, picolibc());
+}
+
+fn check_built(name: &str, source: &std::path::Path, options: BuildOptions) {
     let dir = tempfile::tempdir().unwrap();
-    let linux = build(&source, Flavor::LinuxUser, dir.path());
+    let linux = build_with(source, Flavor::LinuxUser, dir.path(), options.clone());
     let report = lockstep_against_qemu(&linux).unwrap_or_else(|m| panic!("{name}: golden and qemu differ at {m}"));
     assert!(report.instructions > 0);
     assert_eq!(
@@ -22,7 +37,7 @@ fn check(name: &str) {
     );
     assert_eq!(report.golden_exit, report.qemu_exit, "{name}: exit code differs");
 
-    let bare = build(&source, Flavor::BareMetal, dir.path());
+    let bare = build_with(source, Flavor::BareMetal, dir.path(), options);
     let (machine, end) = run_golden_bare(&bare, 1 << 32);
     assert_eq!(
         end,
@@ -66,4 +81,28 @@ lockstep_tests! {
     isa_jump => "isa/jump",
     isa_memory => "isa/memory",
     isa_upper => "isa/upper",
+}
+
+/// picolibc's libm (double and float) and printf of floats, in lockstep with qemu.
+#[test]
+fn picolibc_math() {
+    check_picolibc("math");
+}
+
+/// picolibc's assert, qsort, bsearch, strtol, strtoul, strstr, strtok, snprintf, ctype,
+/// setjmp and longjmp, in lockstep with qemu.
+#[test]
+fn picolibc_stdlib() {
+    check_picolibc("stdlib");
+}
+
+#[test]
+fn every_picolibc_program_has_a_lockstep_test() {
+    for p in picolibc_programs() {
+        let n = program_name(&p);
+        assert!(
+            ["math", "stdlib"].contains(&n.as_str()),
+            "add a lockstep test for tests/picolibc/{n}.c"
+        );
+    }
 }

@@ -273,3 +273,15 @@ fn regions_pending_at_once_run_as_one_batch() {
         );
     }
 }
+
+/// An expression links picolibc with its headers: maths, string and stdlib functions
+/// work in it (a libm call the compiler cannot fold included), and a double comes back
+/// as C's `%.17g` prints it.
+#[test]
+fn an_expression_can_use_the_c_library() {
+    let exec = executor(Limits::instructions(2_000_000));
+    let value = |expr: &str| exec.execute(&Region::Expression(expr.into())).injected;
+    assert_eq!(value("sqrt(2.0)"), " = 1.4142135623730951");
+    assert_eq!(value("floor(atof(\"2.5\") * 4) + fabs(-0.5)"), " = 10.5");
+    assert_eq!(value("strlen(\"inband\") + abs(-4)"), " = 10");
+}
