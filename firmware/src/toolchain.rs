@@ -46,9 +46,15 @@ const LINK_FLAGS: &[&str] = &[
 /// Which C library a program is linked with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Libc {
+    /// inband's libc when the program builds with it, else picolibc (with libm): a
+    /// program that includes a header or calls a function inband's libc lacks gets the
+    /// whole library, and the others keep the small one, whose number printing needs no
+    /// division (picolibc's divides by 10 per digit: measured on the examples, up to
+    /// twice the instructions, each division a millicode routine in the chip).
+    #[default]
+    Auto,
     /// inband's own small libc (`firmware/runtime/libc.c`): printf of integers and
     /// strings, malloc, the string functions; division-free number printing.
-    #[default]
     Inband,
     /// picolibc (Debian `picolibc-riscv64-unknown-elf`, its rv32im/ilp32 build): the
     /// whole C library with libm, full stdio (floating-point printf), stdlib, setjmp;
@@ -183,7 +189,7 @@ impl CompiledRuntime {
         let mut command = Command::new(gcc);
         command.current_dir(runtime).args(ARCH_FLAGS).arg(opt_level);
         match libc {
-            Libc::Inband => command.args(FREESTANDING_FLAGS).arg("-Iinclude"),
+            Libc::Inband | Libc::Auto => command.args(FREESTANDING_FLAGS).arg("-Iinclude"),
             // picolibc's own headers; ours only for the platform layer's quoted include.
             Libc::Picolibc => command.args(picolibc).args(["-DINBAND_PICOLIBC", "-iquote", "include"]),
         };
@@ -208,7 +214,7 @@ impl CompiledRuntime {
             Flavor::LinuxUser => "platform_linux.o",
         };
         let library = match libc {
-            Libc::Inband => "libc.o",
+            Libc::Inband | Libc::Auto => "libc.o",
             Libc::Picolibc => "picolibc_glue.o",
         };
         ["crt0.o", library, platform]
@@ -238,7 +244,7 @@ impl CompiledRuntime {
         args.extend(ARCH_FLAGS.iter().map(OsString::from));
         args.push(opt_level.into());
         match options.libc {
-            Libc::Inband => {
+            Libc::Inband | Libc::Auto => {
                 args.extend(FREESTANDING_FLAGS.iter().map(OsString::from));
                 args.push(format!("-I{}", runtime.join("include").display()).into());
             }
@@ -270,6 +276,12 @@ impl CompiledRuntime {
 /// Compiled runtimes by (flavor, C library, optimisation level), shared by a toolchain's
 /// clones.
 type Runtimes = std::sync::Arc<std::sync::Mutex<HashMap<(Flavor, Libc, String), std::sync::Arc<CompiledRuntime>>>>;
+
+/// Whether a build that failed with `message` may build with picolibc: a header inband's
+/// libc lacks, or a function it lacks.
+fn needs_full_library(message: &str) -> bool {
+    message.contains("undefined reference to") || message.contains(": No such file or directory")
+}
 
 /// The GCC option that compiles and links against picolibc (its headers, its libc with
 /// libm, libgcc; the linker script stays ours).
@@ -383,6 +395,33 @@ impl Toolchain {
     }
 
     fn build_with(
+        &self,
+        sources: &[PathBuf],
+        flavor: Flavor,
+        opt_level: &str,
+        output: &Path,
+        confined: Option<Limits>,
+    ) -> Result<(), BuildError> {
+        if self.options.libc != Libc::Auto {
+            return self.build_once(sources, flavor, opt_level, output, confined);
+        }
+        let with = |libc: Libc| {
+            let mut options = self.options.clone();
+            options.libc = libc;
+            if libc == Libc::Picolibc && !options.libraries.iter().any(|l| l == "m") {
+                options.libraries.push("m".into());
+            }
+            self.clone().with_options(options)
+        };
+        match with(Libc::Inband).build_once(sources, flavor, opt_level, output, confined) {
+            Err(BuildError::CompileFailed(text)) if needs_full_library(&text) => {
+                with(Libc::Picolibc).build_once(sources, flavor, opt_level, output, confined)
+            }
+            other => other,
+        }
+    }
+
+    fn build_once(
         &self,
         sources: &[PathBuf],
         flavor: Flavor,

@@ -549,12 +549,13 @@ impl<'a> Executor<'a> {
 
 /// The C library a region links: an expression gets picolibc (its headers included, so
 /// `sqrt(2.0)`, `abs(x)`, `strlen(s)` work; the program itself prints nothing), a code
-/// block inband's small libc (its division-free printf keeps passes per instruction low).
+/// block inband's small libc when it builds with it (its printf divides by nothing) and
+/// picolibc when it needs more (`math.h`, `qsort`, float printf…).
 fn region_libc(is_expression: bool) -> Libc {
     if is_expression {
         Libc::Picolibc
     } else {
-        Libc::Inband
+        Libc::Auto
     }
 }
 

@@ -35,6 +35,8 @@ enum Engine {
 
 #[derive(Clone, Copy, ValueEnum)]
 enum LibcChoice {
+    /// inband's small libc when the program builds with it, else picolibc.
+    Auto,
     /// inband's own small libc.
     Inband,
     /// picolibc (Debian picolibc-riscv64-unknown-elf).
@@ -44,6 +46,7 @@ enum LibcChoice {
 impl From<LibcChoice> for Libc {
     fn from(choice: LibcChoice) -> Self {
         match choice {
+            LibcChoice::Auto => Libc::Auto,
             LibcChoice::Inband => Libc::Inband,
             LibcChoice::Picolibc => Libc::Picolibc,
         }
@@ -79,9 +82,11 @@ enum Command {
         #[arg(short = 'O', long = "opt", default_value = "2")]
         opt: String,
         /// The C library: inband (small: printf of integers and strings, malloc, string
-        /// functions) or picolibc (the whole library: math.h, float printf, qsort, strtol,
-        /// setjmp, assert…; installed by scripts/setup.sh).
-        #[arg(long, value_enum, default_value = "inband")]
+        /// functions; prints numbers without dividing, which the chip does slowly),
+        /// picolibc (the whole library: math.h, float printf, qsort, strtol, setjmp,
+        /// assert…; installed by scripts/setup.sh), or auto: inband's when the program
+        /// builds with it, else picolibc.
+        #[arg(long, value_enum, default_value = "auto")]
         libc: LibcChoice,
         /// Add a folder to the include search path (as gcc's -I).
         #[arg(short = 'I', value_name = "DIR")]
@@ -123,9 +128,9 @@ enum Command {
         /// machines that finish take the next program waiting.
         #[arg(long)]
         batch: bool,
-        /// The C library a source is built with: inband or picolibc (see `inband build
-        /// --help`; an ELF keeps the one it was built with).
-        #[arg(long, value_enum, default_value = "inband")]
+        /// The C library a source is built with: auto, inband or picolibc (see `inband
+        /// build --help`; an ELF keeps the one it was built with).
+        #[arg(long, value_enum, default_value = "auto")]
         libc: LibcChoice,
         /// (--batch) Machines the batch holds (a number or `max`: as many as the device's
         /// memory holds); default: one per program, at most what fits.

@@ -13,7 +13,8 @@ use std::path::{Path, PathBuf};
 use inband_firmware::{load_elf, BuildOptions, Flavor, Libc, Toolchain};
 use inband_golden::{qemu, ArchState, Environment, Machine, RunEnd};
 
-/// Every program the suites run: the examples and our ISA tests.
+/// The examples and our ISA tests (the programs every suite runs; see also
+/// [`kernel_programs`] and [`picolibc_programs`]).
 pub fn corpus() -> Vec<PathBuf> {
     let mut programs = inband_firmware::sources_in(&inband_firmware::examples_dir(), &["c"]).expect("examples/");
     programs.extend(inband_firmware::sources_in(&inband_firmware::isa_tests_dir(), &["S"]).expect("isa/"));
@@ -30,11 +31,22 @@ pub fn program_name(path: &Path) -> String {
     }
 }
 
+/// The C programs in `tests/FOLDER/`.
+fn programs_in(folder: &str) -> Vec<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(folder);
+    inband_firmware::sources_in(&dir, &["c"]).unwrap_or_else(|e| panic!("tests/{folder}/: {e}"))
+}
+
 /// The programs that need picolibc (`tests/picolibc/`): libm, stdio with floats,
 /// stdlib, setjmp. Built with [`picolibc`].
 pub fn picolibc_programs() -> Vec<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("picolibc");
-    inband_firmware::sources_in(&dir, &["c"]).expect("tests/picolibc/")
+    programs_in("picolibc")
+}
+
+/// Ordinary C kernels (`tests/kernels/`: matrix multiply, CRC-32, SHA-256, a byte-string
+/// search, a table-driven state machine): where passes per instruction are measured.
+pub fn kernel_programs() -> Vec<PathBuf> {
+    programs_in("kernels")
 }
 
 /// Build options that link picolibc (and its libm).

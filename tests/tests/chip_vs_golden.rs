@@ -104,6 +104,17 @@ fn whole_picolibc(name: &str) -> f64 {
     )
 }
 
+/// The C kernels of `tests/kernels/` (matrix multiply, CRC-32, SHA-256, a byte-string
+/// search, a state machine: 284 k instructions in all), whole, with their passes by cause.
+#[test]
+fn kernels() {
+    let programs = inband_tests::kernel_programs();
+    assert_eq!(programs.len(), 5);
+    for source in programs {
+        whole_image(&format!("kernels/{}", program_name(&source)), &image_of(&source));
+    }
+}
+
 /// picolibc's assert, qsort, bsearch, strtol, strstr, strtok, snprintf, ctype, setjmp
 /// and longjmp (27 k instructions).
 #[test]

@@ -6,7 +6,8 @@
 use inband_firmware::{BuildOptions, Flavor};
 use inband_golden::RunEnd;
 use inband_tests::{
-    build_with, corpus, lockstep_against_qemu, picolibc, picolibc_programs, program_name, run_golden_bare,
+    build_with, corpus, kernel_programs, lockstep_against_qemu, picolibc, picolibc_programs, program_name,
+    run_golden_bare,
 };
 
 fn check(name: &str) {
@@ -96,6 +97,16 @@ fn picolibc_stdlib() {
     check_picolibc("stdlib");
 }
 
+/// The C kernels of `tests/kernels/`, each in lockstep with qemu.
+#[test]
+fn kernels() {
+    let programs = kernel_programs();
+    assert_eq!(programs.len(), 5);
+    for source in programs {
+        check_built(&program_name(&source), &source, BuildOptions::default());
+    }
+}
+
 #[test]
 fn every_picolibc_program_has_a_lockstep_test() {
     for p in picolibc_programs() {
@@ -105,4 +116,35 @@ fn every_picolibc_program_has_a_lockstep_test() {
             "add a lockstep test for tests/picolibc/{n}.c"
         );
     }
+}
+
+/// Without `--libc`, a program that needs more than inband's libc (here `math.h` and a
+/// float printf) gets picolibc, and one that builds with inband's libc keeps it.
+#[test]
+fn auto_libc_takes_picolibc_only_when_needed() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("root.c");
+    std::fs::write(
+        &source,
+        "#include <math.h>\n#include <stdio.h>\nint main(void) { printf(\"%.17g\\n\", sqrt(2.0)); return 0; }\n",
+    )
+    .unwrap();
+    let elf = build_with(&source, Flavor::BareMetal, dir.path(), BuildOptions::default());
+    let (machine, end) = run_golden_bare(&elf, 1 << 24);
+    assert_eq!(end, RunEnd::Exited(0));
+    assert_eq!(machine.console, b"1.4142135623730951\n");
+
+    let hello = corpus().into_iter().find(|p| program_name(p) == "hello").unwrap();
+    let (auto, inband) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let built = |dir: &std::path::Path, libc| {
+        let options = BuildOptions {
+            libc,
+            ..Default::default()
+        };
+        std::fs::read(build_with(&hello, Flavor::BareMetal, dir, options)).unwrap()
+    };
+    assert_eq!(
+        built(auto.path(), inband_firmware::Libc::Auto),
+        built(inband.path(), inband_firmware::Libc::Inband)
+    );
 }

@@ -285,3 +285,12 @@ fn an_expression_can_use_the_c_library() {
     assert_eq!(value("floor(atof(\"2.5\") * 4) + fabs(-0.5)"), " = 10.5");
     assert_eq!(value("strlen(\"inband\") + abs(-4)"), " = 10");
 }
+
+/// A code block that needs more than inband's libc (`math.h`, a float printf) is linked
+/// with picolibc, confined as every region's compile is.
+#[test]
+fn a_code_block_that_needs_more_gets_picolibc() {
+    let exec = executor(Limits::instructions(2_000_000));
+    let region = program("#include <math.h>\nint main(void) { printf(\"%.3f\\n\", sqrt(2.0)); return 0; }");
+    assert_eq!(exec.execute(&region).injected, "\n```output\n1.414\n```\n");
+}
