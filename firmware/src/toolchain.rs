@@ -72,7 +72,8 @@ pub struct BuildOptions {
     pub include_dirs: Vec<PathBuf>,
     /// `-D` definitions (`NAME` or `NAME=VALUE`).
     pub defines: Vec<String>,
-    /// `-l` libraries (`m`: with picolibc, its libm is part of its libc).
+    /// `-l` libraries (picolibc needs no `-l m`: its libm is part of its libc; `-l m`
+    /// links its empty stub).
     pub libraries: Vec<String>,
 }
 
@@ -292,7 +293,8 @@ const PICOLIBC_SPECS: &str = "--specs=picolibc.specs";
 pub struct Toolchain {
     gcc: PathBuf,
     /// What a confined compile may read, found once (three queries of the driver).
-    readable: std::sync::OnceLock<Vec<PathBuf>>,
+    /// Shared by clones (a clone with other options builds each in-band region).
+    readable: std::sync::Arc<std::sync::OnceLock<Vec<PathBuf>>>,
     runtimes: Runtimes,
     options: BuildOptions,
     /// A relocated toolchain's own picolibc (`DIR/lib/picolibc`, as `scripts/build-gpu.sh`
@@ -408,9 +410,6 @@ impl Toolchain {
         let with = |libc: Libc| {
             let mut options = self.options.clone();
             options.libc = libc;
-            if libc == Libc::Picolibc && !options.libraries.iter().any(|l| l == "m") {
-                options.libraries.push("m".into());
-            }
             self.clone().with_options(options)
         };
         match with(Libc::Inband).build_once(sources, flavor, opt_level, output, confined) {

@@ -529,11 +529,6 @@ impl<'a> Executor<'a> {
             .ok_or("error: no RISC-V compiler on this machine (scripts/setup.sh installs one)")?
             .with_options(BuildOptions {
                 libc,
-                libraries: if libc == Libc::Picolibc {
-                    vec!["m".into()]
-                } else {
-                    vec![]
-                },
                 ..Default::default()
             });
         // Model-written code: compiled with nothing of the host reachable (see

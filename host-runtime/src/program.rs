@@ -35,14 +35,8 @@ fn read_elf_file(path: &Path) -> anyhow::Result<Vec<u8>> {
 /// Builds (if needed, linking `libc`) and loads the program `path` names.
 pub fn load_program(path: &Path, toolchain: Option<&Path>, libc: Libc) -> anyhow::Result<ProgramImage> {
     let bytes = if is_source(path) {
-        let libraries = if libc == Libc::Picolibc {
-            vec!["m".into()]
-        } else {
-            vec![]
-        };
         let tc = Toolchain::locate(toolchain)?.with_options(BuildOptions {
             libc,
-            libraries,
             ..Default::default()
         });
         tc.build_to_bytes(&[PathBuf::from(path)], Flavor::BareMetal, "-O2")
