@@ -20,14 +20,25 @@
 // checked against the CPU engine's.
 //
 // A value head's work (its q/k normalisation, delta rule, read, gated norm and its
-// out_proj columns) is one warp's, with no block barrier, its table loads issued together
-// (each dependent global load costs ~2 k cycles here); a SwiGLU neuron that fires adds its
-// down column into the residual from the thread that computed it. A layer's block
+// out_proj columns) is one warp's, with no block barrier; a SwiGLU neuron that fires adds
+// its down column into the residual from the thread that computed it. A layer's block
 // barriers: the input projections summed, the delayed conv done (where a layer has one),
-// the heads done, the MLP's inputs summed, the MLP done.
+// the heads done, the MLP's inputs summed, the MLP done. Every table a step needs is one
+// load (a channel's four fields, a neuron's record and its down column's ends, a delayed
+// channel's record), the heads' table entries and parameters sit in shared memory.
+//
+// What bounds it (H200, measured with a pointer chase and ncu): a dependent load costs
+// ~290 cycles from L2 and ~375 through L1 when it misses, a 1024-thread barrier 76; the
+// kernel issues ~300 k warp instructions a pass and waits mostly at barriers for the warp
+// with the longest chain, not for instruction fetches. So work every warp repeats costs
+// as much as a load chain: cutting instructions is worth as much as cutting loads.
 //
 // Measured, not kept: the heads and the scatter as calls instead of inlined (smaller code,
-// but slower: 7,300 and 7,800 passes/s against 8,600).
+// but slower: 7,300 and 7,800 passes/s against 8,600); out_proj and down as block-wide
+// scatters of listed head outputs and firing neurons (fewer load chains, two more
+// barriers and 50 % more instructions: 7,500 against 8,300); the input scatters with a
+// warp per listed dim (7,700); q's and k's channel tables loaded one after the other
+// (8,300 against 8,700).
 
 // The phases of the -DPROFILE cycle counts, per layer (MARK in chip_common.cuh, indexed
 // by the layer l being run).
@@ -49,7 +60,8 @@ struct Csc {
 struct Layer {
     Csc xin;              // rows: conv channel c at c, z at z_at, b at b_at, a at a_at
     unsigned channel;     // W: per conv channel {silu(w3 * bias), w3, bias, delayed index + 1 or 0}
-    unsigned n_delayed, delayed, taps, conv_state; // channels whose conv reads earlier passes
+    unsigned n_delayed, delayed, taps, conv_state; // channels whose conv reads earlier passes:
+                          // I: {channel, its anchors' share} each; W: their four taps each
     unsigned z_at, b_at, a_at;
     unsigned z_bias;      // W: the anchors' share of each z row
     unsigned head;        // W: per value head {A_log, dt_bias, b's anchor share, a's}
@@ -58,8 +70,9 @@ struct Layer {
     unsigned norm;
     Csc out;              // out_proj: columns are head outputs, rows residual dims
     Csc gate_up;          // gate rows 0..n_neur, up rows n_neur..2 n_neur
-    unsigned gu_bias;     // W: per neuron {gate's anchor share, up's}
-    unsigned n_neur, n_signal, signal; // I: the neurons a signal can reach (the rest are constant)
+    unsigned n_neur, n_signal; // the neurons a signal can reach (the rest are constant):
+    unsigned neuron;      // I: each {compact index, gate's anchor share, up's, 0}
+    unsigned neuron_down; // I: each {start, end} of its down column's entries
     unsigned n_fixed, fixed_rows, fixed_vals; // the constant neurons' share of down, per residual row
     Csc down;             // columns are compact neurons, rows residual dims
     unsigned rec;
@@ -157,11 +170,10 @@ __device__ HELPER void scatter(const Csc &m, const unsigned *__restrict__ I, con
     }
 }
 
-// The entries of column c of m, each times x, added into the residual (one thread; the
-// entries are loaded four at a time so their loads overlap).
-__device__ HELPER void add_column(const Csc &m, const unsigned *__restrict__ I, const uint2 *__restrict__ E,
-                                  unsigned c, float x, float *hidden, const Listing &z) {
-    unsigned from = __ldg(I + m.start + c), to = __ldg(I + m.start + c + 1);
+// The entries E[from..to), each times x, added into the residual (one thread; the entries
+// are loaded four at a time so their loads overlap).
+__device__ HELPER void add_entries(const uint2 *__restrict__ E, unsigned from, unsigned to, float x, float *hidden,
+                                   const Listing &z) {
     for (unsigned k = from; k < to; k += 4) {
         uint2 e[4];
 #pragma unroll
@@ -178,30 +190,31 @@ __device__ HELPER void add_column(const Csc &m, const unsigned *__restrict__ I, 
 
 #define KJ (MAX_DV / 32)
 
-// The conv outputs of channels base + lane + 32 j (j < KJ, lane + 32 j < n; 0 past n): a
-// delayed channel's from the conv phase (y, by its index among the delayed, plus one, in
-// the table's fourth field); otherwise, with no signal reaching it, silu(w3 * bias)
-// (precomputed, the first field), else silu(0 + w3 * (sum + bias)), the CPU's fold with
-// its zero taps dropped. All the table loads are issued before any is used.
-__device__ HELPER void channels_out(const Layer &L, const float *__restrict__ W, const float *xs, const float *y,
-                                    unsigned base, unsigned n, float (&out)[KJ]) {
+// Each channel's table {silu(w3 * bias), w3, bias, delayed index + 1 or 0} of channels
+// base + lane + 32 j (j < KJ, lane + 32 j < n; zeros past n), one load each: callers load
+// the tables of several sets of channels before they use any.
+__device__ HELPER void channel_tables(const Layer &L, const float *__restrict__ W, unsigned base, unsigned n,
+                                      float4 (&t)[KJ]) {
     unsigned lane = threadIdx.x % 32;
-    const float *ch = W + L.channel;
-    float cx[KJ], cw[KJ], sum[KJ];
+#pragma unroll
+    for (unsigned j = 0; j < KJ; j++)
+        t[j] = lane + 32 * j < n ? __ldg((const float4 *)(W + L.channel) + base + lane + 32 * j)
+                                 : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+}
+
+// The conv outputs of those channels from their tables t: a delayed channel's from the
+// conv phase (y, by its index among the delayed, plus one); otherwise, with no signal
+// reaching it, silu(w3 * bias) (precomputed), else silu(0 + w3 * (sum + bias)), the CPU's
+// fold with its zero taps dropped. 0 past n.
+__device__ HELPER void channels_out(const float4 (&t)[KJ], const float *xs, const float *y, unsigned base, unsigned n,
+                                    float (&out)[KJ]) {
+    unsigned lane = threadIdx.x % 32;
 #pragma unroll
     for (unsigned j = 0; j < KJ; j++) {
-        unsigned c = base + lane + 32 * j;
-        bool in = lane + 32 * j < n;
-        sum[j] = in ? xs[c] : 0.0f;
-        cx[j] = in ? __ldg(ch + 4 * c) : 0.0f;
-        cw[j] = in ? __ldg(ch + 4 * c + 3) : 0.0f;
-    }
-#pragma unroll
-    for (unsigned j = 0; j < KJ; j++) {
-        unsigned c = base + lane + 32 * j;
-        if (cw[j] != 0.0f) out[j] = y[(unsigned)cw[j] - 1];
-        else if (sum[j] == 0.0f) out[j] = cx[j];
-        else out[j] = silu_call(0.0f + __ldg(ch + 4 * c + 1) * (sum[j] + __ldg(ch + 4 * c + 2)));
+        float sum = lane + 32 * j < n ? xs[base + lane + 32 * j] : 0.0f;
+        if (t[j].w != 0.0f) out[j] = y[(unsigned)t[j].w - 1];
+        else if (sum == 0.0f) out[j] = t[j].x;
+        else out[j] = silu_call(0.0f + t[j].y * (sum + t[j].z));
     }
 }
 
@@ -245,7 +258,8 @@ __device__ __forceinline__ void over_rows(float *st, unsigned dv, const float (&
 
 // One value head, by one warp: q/k L2 norms of its key head, decay, delta rule, read,
 // gated RMSNorm with silu(z), and its out_proj columns added into the residual.
-__device__ HELPER void value_head(unsigned entry, const Layer &L, const Dims &d, const unsigned *__restrict__ I,
+// `entry` is its heads-table entry, `p` its {A_log, dt_bias, b's and a's anchor shares}.
+__device__ HELPER void value_head(unsigned entry, float4 p, const Layer &L, const Dims &d, const unsigned *__restrict__ I,
                                   const uint2 *__restrict__ E, const float *__restrict__ W, float *S, const float *y,
                                   const float *xs, float *hidden, const Listing &z
 #ifdef PROFILE
@@ -271,10 +285,12 @@ __device__ HELPER void value_head(unsigned entry, const Layer &L, const Dims &d,
     reached = __any_sync(FULL, reached);
     // Nothing reaches q or k, and the decay is 1: the head neither writes nor reads.
     if (quiet_unless_reached && !reached && no_decay) return;
-    float4 p = __ldg((const float4 *)(W + L.head) + head); // A_log, dt_bias, b and a anchor shares
     if (!quiet_unless_reached || reached) {
-        channels_out(L, W, xs, y, kh * d.dk, d.dk, q);
-        channels_out(L, W, xs, y, d.key_dim + kh * d.dk, d.dk, k);
+        float4 tq[KJ], tk[KJ];
+        channel_tables(L, W, kh * d.dk, d.dk, tq);
+        channel_tables(L, W, d.key_dim + kh * d.dk, d.dk, tk);
+        channels_out(tq, xs, y, kh * d.dk, d.dk, q);
+        channels_out(tk, xs, y, d.key_dim + kh * d.dk, d.dk, k);
     }
     float b_raw = xs[L.b_at + head] + p.z;
     float a_raw = xs[L.a_at + head] + p.w;
@@ -312,7 +328,9 @@ __device__ HELPER void value_head(unsigned entry, const Layer &L, const Dims &d,
     // The delta rule over the key's nonzero rows, in ascending row order.
     if (beta != 0.0f && sk != 0.0f) {
         float v[KJ], mem[KJ] = {};
-        channels_out(L, W, xs, y, 2 * d.key_dim + head * d.dv, d.dv, v);
+        float4 tv[KJ];
+        channel_tables(L, W, 2 * d.key_dim + head * d.dv, d.dv, tv);
+        channels_out(tv, xs, y, 2 * d.key_dim + head * d.dv, d.dv, v);
         over_rows<false>(st, d.dv, k, mem);
 #pragma unroll
         for (unsigned jj = 0; jj < KJ; jj++) mem[jj] = (v[jj] - mem[jj]) * beta;
@@ -370,6 +388,9 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
     unsigned *nz_cols = (unsigned *)(gu + d.act);        // NZ_CAP: the listed dims
     unsigned *dirty = nz_cols + NZ_CAP;                  // (width + 31) / 32: the listed dims' bits
     Layer *layers = (Layer *)(dirty + (d.width + 31) / 32); // d.layers
+    // Each layer's heads-table entries and every value head's parameters.
+    __shared__ unsigned heads_sh[MAX_LAYERS * 32];
+    __shared__ float4 params_sh[MAX_LAYERS * 32];
     __shared__ unsigned error_sh, token_sh, kind_sh, nz_count;
     __shared__ Tokens tk;
     const Listing z = {dirty, nz_cols, &nz_count, &error_sh};
@@ -387,6 +408,11 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
     __syncthreads();
     for (unsigned a = threadIdx.x; a < d.anchors; a += THREADS)
         hidden[d.chip_base + I[d.anchor_dim + a]] = W[d.anchor_value + a];
+    for (unsigned i = threadIdx.x; i < d.layers * 32; i += THREADS) {
+        const Layer &L = layers[i / 32];
+        if (i % 32 < L.n_heads) heads_sh[i] = I[L.heads + i % 32];
+        if (i % 32 < d.hv) params_sh[i] = ((const float4 *)(W + L.head))[i % 32];
+    }
     __syncthreads();
 
     unsigned ring = state[1];
@@ -448,12 +474,16 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
                 float *cs = S + L.conv_state;
                 #pragma unroll 1
                 for (unsigned i = threadIdx.x; i < L.n_delayed; i += THREADS) {
-                    unsigned c = __ldg(I + L.delayed + i);
-                    float raw = xs[c] + __ldg(W + L.channel + 4 * c + 2);
-                    const float *w = W + L.taps + 4 * i;
+                    uint2 ch = __ldg((const uint2 *)(I + L.delayed) + i);
+                    float4 w = __ldg((const float4 *)(W + L.taps) + i);
+                    float c0 = cs[(ring % 3) * L.n_delayed + i], c1 = cs[((ring + 1) % 3) * L.n_delayed + i],
+                          c2 = cs[((ring + 2) % 3) * L.n_delayed + i];
+                    float raw = xs[ch.x] + __uint_as_float(ch.y);
                     float u = 0.0f;
-                    for (unsigned j = 0; j < 3; j++) u += __ldg(w + j) * cs[((ring + j) % 3) * L.n_delayed + i];
-                    u += __ldg(w + 3) * raw;
+                    u += w.x * c0;
+                    u += w.y * c1;
+                    u += w.z * c2;
+                    u += w.w * raw;
                     y[i] = silu_call(u);
                     cs[(ring % 3) * L.n_delayed + i] = raw; // the oldest slot becomes the newest
                 }
@@ -461,12 +491,14 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
             }
             MARK(2);
             #pragma unroll 1
-            for (unsigned h = threadIdx.x / 32; h < L.n_heads; h += WARPS)
-                value_head(__ldg(I + L.heads + h), L, d, I, E, W, S, y, xs, hidden, z
+            for (unsigned h = threadIdx.x / 32; h < L.n_heads; h += WARPS) {
+                unsigned entry = heads_sh[li * 32 + h];
+                value_head(entry, params_sh[li * 32 + (entry & 0xffff)], L, d, I, E, W, S, y, xs, hidden, z
 #ifdef PROFILE
                            , hprof + li * HSTAGES
 #endif
                 );
+            }
             __syncthreads();
             MARK(3);
 #ifdef PROFILE
@@ -486,15 +518,14 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
                 mark(z, r);
                 atomicAdd(hidden + r, __ldg(W + L.fixed_vals + i));
             }
-            bool all_signal = L.n_signal == L.n_neur;
             #pragma unroll 1
             for (unsigned t = threadIdx.x; t < L.n_signal; t += THREADS) {
-                unsigned i = all_signal ? t : __ldg(I + L.signal + t);
-                float2 bias = __ldg((const float2 *)(W + L.gu_bias) + i);
-                float g = gu[i] + bias.x, u = gu[L.n_neur + i] + bias.y;
-                gu[i] = gu[L.n_neur + i] = 0.0f;
+                uint4 nr = __ldg((const uint4 *)(I + L.neuron) + t);
+                uint2 down = __ldg((const uint2 *)(I + L.neuron_down) + t);
+                float g = gu[nr.x] + __uint_as_float(nr.y), u = gu[L.n_neur + nr.x] + __uint_as_float(nr.z);
+                gu[nr.x] = gu[L.n_neur + nr.x] = 0.0f;
                 float a = silu_call(g) * u;
-                if (a != 0.0f) add_column(L.down, I, E, i, a, hidden, z);
+                if (a != 0.0f) add_entries(E, down.x, down.y, a, hidden, z);
             }
             __syncthreads();
             MARK(5);

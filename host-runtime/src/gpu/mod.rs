@@ -115,6 +115,14 @@ impl Flat {
         self.floats(v)
     }
 
+    /// `v` at an offset that is a multiple of `align` words (loaded as uint2 or uint4).
+    fn ints_aligned(&mut self, v: &[u32], align: usize) -> u32 {
+        while !self.i.len().is_multiple_of(align) {
+            self.i.push(0);
+        }
+        self.ints(v)
+    }
+
     fn ints(&mut self, v: &[u32]) -> u32 {
         let at = self.i.len() as u32;
         self.i.extend_from_slice(v);
@@ -356,8 +364,10 @@ impl GpuChip {
             c.linear_num_key_heads,
             c.linear_num_value_heads,
         );
-        if c.linear_conv_kernel_dim != 4 || dk > 128 || dv > 128 || hv > 32 {
-            bail!("the GPU chip kernel handles conv kernel 4, key and value dims up to 128 and up to 32 value heads");
+        if c.linear_conv_kernel_dim != 4 || dk > 128 || dv > 128 || hv > 32 || layers.len() > 16 {
+            bail!(
+                "the GPU chip kernel handles conv kernel 4, key and value dims up to 128, up to 32 value heads and up to 16 chip layers"
+            );
         }
         let spec = &chip.spec;
         let eps = c.rms_norm_eps as f32;

@@ -43,10 +43,10 @@ struct LayerOffsets {
     norm: u32,
     out: Csc,
     gate_up: Csc,
-    gu_bias: u32,
     n_neur: u32,
     n_signal: u32,
-    signal: u32,
+    neuron: u32,
+    neuron_down: u32,
     n_fixed: u32,
     fixed_rows: u32,
     fixed_vals: u32,
@@ -206,6 +206,7 @@ pub fn tables(
     }
     let mut tables = LayerTables::of(&offsets, recurrent, scratch, act);
     tables.delayed = offsets.iter().map(|o| o.n_delayed as usize).max().unwrap_or(0);
+
     Ok((tables, e))
 }
 
@@ -241,7 +242,7 @@ fn mixer_tables(layer: &SparseLayer, xin: &mut Split, o: &mut LayerOffsets, f: &
     // Per channel: silu(0 + w3 * bias) (the output when no signal reaches it, as the CPU's
     // conv fold computes it with zero delayed taps), w3, bias, whether it has delayed taps.
     let mut channel = vec![0.0f32; 4 * conv_dim];
-    let (mut delayed, mut taps) = (Vec::new(), Vec::new());
+    let (mut delayed, mut taps) = (Vec::<u32>::new(), Vec::new());
     for &ch in &layer.live_channels {
         let w = &layer.conv[ch * k..(ch + 1) * k];
         let bias = xin.bias[ch];
@@ -250,18 +251,23 @@ fn mixer_tables(layer: &SparseLayer, xin: &mut Split, o: &mut LayerOffsets, f: &
             silu(0.0 + w[k - 1] * bias),
             w[k - 1],
             bias,
-            if has_delayed { (delayed.len() + 1) as f32 } else { 0.0 },
+            if has_delayed {
+                (delayed.len() / 2 + 1) as f32
+            } else {
+                0.0
+            },
         ]);
         if has_delayed {
-            delayed.push(ch as u32);
+            delayed.extend([ch as u32, bias.to_bits()]);
             taps.extend_from_slice(w);
         }
     }
     o.channel = f.floats_aligned(&channel, 4);
-    o.n_delayed = delayed.len() as u32;
-    o.delayed = f.ints(&delayed);
-    o.taps = f.floats(&taps);
-    o.conv_state = f.state(3 * delayed.len());
+    // Per delayed channel: (channel, its anchors' share) and its taps, each one load.
+    o.n_delayed = (delayed.len() / 2) as u32;
+    o.delayed = f.ints_aligned(&delayed, 2);
+    o.taps = f.floats_aligned(&taps, 4);
+    o.conv_state = f.state(3 * o.n_delayed as usize);
     o.z_bias = f.floats(&xin.bias[o.z_at as usize..o.b_at as usize]);
     let head: Vec<f32> = (0..hv)
         .flat_map(|h| {
@@ -320,11 +326,8 @@ fn mlp_tables(
     for (_, target, _) in &gate_up.entries {
         reached[*target as usize % n] = true;
     }
-    let bias: Vec<f32> = (0..n).flat_map(|i| [gate_up.bias[i], gate_up.bias[n + i]]).collect();
-    o.gu_bias = f.floats_aligned(&bias, 2);
-    let signal: Vec<u32> = (0..n as u32).filter(|&i| reached[i as usize]).collect();
+    let signal: Vec<usize> = (0..n).filter(|&i| reached[i]).collect();
     o.n_signal = signal.len() as u32;
-    o.signal = f.ints(&signal);
     o.gate_up = e.csc(f, layer.config.hidden_size, std::mem::take(&mut gate_up.entries))?;
     // The constant neurons' activations, exactly as the CPU computes them, and their share
     // of each down row folded in ascending column order.
@@ -356,5 +359,15 @@ fn mlp_tables(
     o.fixed_rows = f.ints(&fixed_rows);
     o.fixed_vals = f.floats(&fixed_vals);
     o.down = e.csc(f, n, down)?;
+    // Per neuron a signal can reach, one load each: (its compact index, gate's and up's
+    // anchor shares) and where its down column's entries start and end.
+    let starts = &f.i[o.down.start as usize..];
+    let (mut neuron, mut neuron_down) = (Vec::new(), Vec::new());
+    for &i in &signal {
+        neuron.extend([i as u32, gate_up.bias[i].to_bits(), gate_up.bias[n + i].to_bits(), 0]);
+        neuron_down.extend([starts[i], starts[i + 1]]);
+    }
+    o.neuron = f.ints_aligned(&neuron, 4);
+    o.neuron_down = f.ints_aligned(&neuron_down, 2);
     Ok(2 * n)
 }
