@@ -206,7 +206,6 @@ pub fn tables(
     }
     let mut tables = LayerTables::of(&offsets, recurrent, scratch, act);
     tables.delayed = offsets.iter().map(|o| o.n_delayed as usize).max().unwrap_or(0);
-
     Ok((tables, e))
 }
 
