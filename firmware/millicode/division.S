@@ -30,7 +30,7 @@ divu_entry:
         mv      x31, x16
         ecall
 1:      jal     x1, udivmod_window
-        mv      x31, x7
+        mv      x31, x16
         ecall
 2:      li      x31, -1
         ecall
@@ -43,7 +43,7 @@ remu_entry:
         mv      x31, x17
         ecall
 1:      jal     x1, udivmod_window
-        mv      x31, x8
+        mv      x31, x17
         ecall
 2:      mv      x31, x29
         ecall
@@ -60,9 +60,8 @@ div_entry:
         sub     x6, x6, x12
         jal     x1, udivmod
         xor     x13, x11, x12           # the quotient is negative when the signs differ
-        xor     x7, x7, x13
-        sub     x7, x7, x13
-        mv      x31, x7
+        xor     x7, x16, x13
+        sub     x31, x7, x13
         ecall
 1:      li      x31, -1
         ecall
@@ -72,68 +71,67 @@ rem_entry:
         mv      x6, x30
         beqz    x6, 1f
         srai    x11, x5, 31
-        xor     x5, x5, x11
         srai    x12, x6, 31
+        xor     x5, x5, x11
         sub     x5, x5, x11
         xor     x6, x6, x12
         sub     x6, x6, x12
         jal     x1, udivmod
-        xor     x8, x8, x11             # the remainder takes the dividend's sign
-        sub     x8, x8, x11
-        mv      x31, x8
+        xor     x8, x17, x11            # the remainder takes the dividend's sign
+        sub     x31, x8, x11
         ecall
 1:      mv      x31, x29
         ecall
 
-# x7 = x5 / x6, x8 = x5 % x6 (unsigned, x6 != 0). The last division's operands and
-# results stay in x14..x17: a quotient and a remainder of the same operands (gcc
-# emits divu then remu, in libgcc's 64-bit division too) cost one routine. Otherwise
-# long division over the quotient's bits only: the divisor is shifted up under the
-# dividend (whole bytes first), then each step subtracts it where it fits and halves it.
-# It uses x5..x9 and x18 only (the signed entries keep their sign masks in x11, x12).
-udivmod:
+# x16 = x14 / x15, x17 = x14 % x15 (unsigned, x15 != 0), with x14, x15 the operands:
+# the last division's operands and results stay there, so a quotient and a remainder
+# of the same operands (gcc emits divu then remu, in libgcc's 64-bit division too) cost
+# one routine, and the results are never copied. Every register write of a 32-bit value
+# costs passes, so the quick cases (quotient 0 or 1) read the operands where they are.
+# Otherwise long division over the quotient's bits only: the divisor is shifted up under
+# the dividend (whole bytes first), then each step subtracts it where it fits and halves
+# it. It uses x6, x9, x14..x18 only (the signed entries keep their sign masks in x11, x12).
+udivmod:                                # the signed entries' magnitudes: x5, x6
         bne     x5, x14, udivmod_miss
         bne     x6, x15, udivmod_miss
-        mv      x7, x16
-        mv      x8, x17
         ret
-        .balign 32
-udivmod_window:                         # the unsigned entries' operands
-        mv      x5, x29
-        mv      x6, x30
 udivmod_miss:
         mv      x14, x5
         mv      x15, x6
-        li      x7, 0
-        srli    x18, x5, 1
-        bltu    x5, x6, 6f              # n < d: quotient 0, remainder n
-        bltu    x18, x6, 7f             # n < 2d: quotient 1, remainder n - d
-# The divisor is shifted in place (x6 is not needed afterwards: x15 keeps it). The rows
-# are laid out by hand: each loop sits inside one ROM row of eight instructions (a jump
-# within a row costs no pass, one to another row costs an `x` pass).
+        j       1f
+        .balign 32
+udivmod_window:                         # the unsigned entries' operands
+        mv      x14, x29
+        mv      x15, x30
+1:      li      x16, 0
+        bltu    x14, x15, 6f            # n < d: quotient 0, remainder n
+        srli    x18, x14, 1
+        bltu    x18, x15, 7f            # n < 2d: quotient 1, remainder n - d
+        mv      x17, x14                # the remainder, reduced in place
+        mv      x6, x15                 # the divisor, shifted in place
+# The rows are laid out by hand: each loop sits inside one ROM row of eight
+# instructions (a jump within a row costs no pass, one to another row costs an `x` pass).
         li      x9, 0                   # k: the quotient has k + 1 bits
-2:      srli    x18, x5, 8              # while (d << k) << 8 <= n, i.e. d << k <= n >> 8
+2:      srli    x18, x17, 8             # while (d << k) << 8 <= n, i.e. d << k <= n >> 8
         bltu    x18, x6, 3f
         slli    x6, x6, 8
         addi    x9, x9, 8
         j       2b
-7:      sub     x5, x5, x6
-        li      x7, 1
-        j       6f
-3:      srli    x18, x5, 1              # while (d << k) << 1 <= n
+6:      mv      x17, x14
+        ret
+3:      srli    x18, x17, 1             # while (d << k) << 1 <= n
         bltu    x18, x6, 4f
         slli    x6, x6, 1
         addi    x9, x9, 1
         j       3b
-        .balign 32
-4:      slli    x7, x7, 1               # one quotient bit per step, from the top
-        bltu    x5, x6, 5f
-        sub     x5, x5, x6
-        ori     x7, x7, 1
+7:      sub     x17, x14, x15
+        li      x16, 1
+        ret
+4:      slli    x16, x16, 1             # one quotient bit per step, from the top
+        bltu    x17, x6, 5f
+        sub     x17, x17, x6
+        ori     x16, x16, 1
 5:      srli    x6, x6, 1
         addi    x9, x9, -1
         bgez    x9, 4b
-6:      mv      x8, x5
-        mv      x16, x7
-        mv      x17, x8
         ret
