@@ -10,7 +10,8 @@
 //   - the residual's other dims are listed as they are written (the embedding's one-hots,
 //     every out_proj and down entry added), so only listed dims can be nonzero and no
 //     pass scans the residual; each nonzero listed dim's column of weights (CSC) is added
-//     into the rows it feeds, the columns cut into 32-entry chunks spread over the warps;
+//     into the rows it feeds, the columns cut into 32-entry chunks, listed once in a
+//     table in shared memory and spread over the warps;
 //   - rows are read where they are used, as bias + scattered sum: a conv channel no signal
 //     reached outputs its precomputed constant (only channels with delayed taps keep a
 //     conv state); a head whose q and k nothing reached, with decay 1, does nothing; a
@@ -22,23 +23,26 @@
 // A value head's work (its q/k normalisation, delta rule, read, gated norm and its
 // out_proj columns) is one warp's, with no block barrier; a SwiGLU neuron that fires adds
 // its down column into the residual from the thread that computed it. A layer's block
-// barriers: the input projections summed, the delayed conv done (where a layer has one),
-// the heads done, the MLP's inputs summed, the MLP done. Every table a step needs is one
+// barriers: each scatter's chunks listed and added (input projections, gate/up), the
+// delayed conv done (where a layer has one), the heads done, the MLP done. Every table a step needs is one
 // load (a channel's four fields, a neuron's record and its down column's ends, a delayed
 // channel's record), the heads' table entries and parameters sit in shared memory.
 //
 // What bounds it (H200, measured with a pointer chase and ncu): a dependent load costs
 // ~290 cycles from L2 and ~375 through L1 when it misses, a 1024-thread barrier 76; the
-// kernel issues ~300 k warp instructions a pass and waits mostly at barriers for the warp
-// with the longest chain, not for instruction fetches. So work every warp repeats costs
-// as much as a load chain: cutting instructions is worth as much as cutting loads.
+// kernel issued ~300 k warp instructions a pass (~170 k since the scatters list their
+// chunks once) and waits mostly at barriers for the warp with the longest chain: a value
+// head's (its q/k norms, reads of 1–32 state rows, gated norm), not for instruction
+// fetches.
 //
 // Measured, not kept: the heads and the scatter as calls instead of inlined (smaller code,
 // but slower: 7,300 and 7,800 passes/s against 8,600); out_proj and down as block-wide
 // scatters of listed head outputs and firing neurons (fewer load chains, two more
 // barriers and 50 % more instructions: 7,500 against 8,300); the input scatters with a
 // warp per listed dim (7,700); q's and k's channel tables loaded one after the other
-// (8,300 against 8,700).
+// (8,300 against 8,700); the state rows a head reads or writes loaded four or eight at a
+// time (register spills: 9,000 against 9,500); each warp's run of chunks loaded four at a
+// time (9,000).
 
 // The phases of the -DPROFILE cycle counts, per layer (MARK in chip_common.cuh, indexed
 // by the layer l being run).
@@ -88,7 +92,8 @@ struct Layer {
 // The kernel runs more code per pass than the SM's instruction cache holds if every
 // helper is inlined at every use: phases that are cheap in instructions then wait on
 // instruction fetches (measured: the token choice took 76 k cycles a pass, 5 k after).
-// So the pure-arithmetic helper silu is a call, one copy.
+// So the pure-arithmetic helper silu is a call, one copy, where it is not on a head's
+// chain (the heads inline it and skip the zeros' divisions and gates: 3 % faster).
 __device__ __noinline__ float silu_call(float x) { return silu_f(x); }
 
 // The helpers that load memory are inlined: their loads issue together with the caller's,
@@ -114,58 +119,73 @@ __device__ __forceinline__ void mark(const Listing &z, unsigned r) {
 }
 
 // out[row] += weight * x for every entry of the listed dims' columns, x the normed input
-// (dim value times the pinned factor). Each warp takes the list 32 dims at a time, scans
-// their columns' lengths in 32-entry chunks, and takes every WARPS-th chunk: long columns
-// are spread over warps. Also checks the pin: every listed square below half an ulp of
-// the anchors' sum (only listed dims besides the anchors can be nonzero).
-__device__ HELPER void scatter(const Csc &m, const unsigned *__restrict__ I, const uint2 *__restrict__ E,
-                               const unsigned *cols, unsigned n, const float *hidden, const Dims &d, unsigned *flag,
-                               float *out) {
+// (dim value times the pinned factor), in two steps with a block barrier between.
+//
+// list_chunks: warp w takes listed dims 32 w .. 32 w + 31 (and every WARPS-th such batch
+// after; a layer lists ~80 dims, so most warps take none), skips the zero ones and
+// appends their columns' 32-entry chunks {from << 6 | length, x} to a table in shared
+// memory. It also checks the pin: every listed square below half an ulp of the anchors'
+// sum (only listed dims besides the anchors can be nonzero). Chunks past the table's
+// end are added by the lane that found them (slower, never wrong).
+//
+// run_chunks: warp w takes chunks w, w + WARPS, …: one entry per lane.
+//
+// Listing once for the block instead of once in every warp (each warp used to scan the
+// whole list) cut the kernel's instructions by 43 % (ncu, hello).
+#define CHUNK_CAP 1024
+__device__ HELPER void list_chunks(const Csc &m, const unsigned *__restrict__ I, const uint2 *__restrict__ E,
+                                   const unsigned *cols, unsigned n, const float *hidden, const Dims &d, unsigned *flag,
+                                   uint2 *table, unsigned *count, float *out) {
     unsigned w = threadIdx.x / 32, lane = threadIdx.x % 32;
-    for (unsigned round = 0; round < n; round += 4 * 32) {
-        // Four batches' columns looked up together, so their loads overlap.
-        unsigned from[4], len[4];
-        float x[4];
-#pragma unroll
-        for (unsigned b = 0; b < 4; b++) {
-            unsigned t = round + 32 * b + lane;
-            from[b] = len[b] = 0;
-            x[b] = 0.0f;
-            if (t < n) {
-                unsigned c = cols[t];
-                float v = hidden[c];
-                if (!(v * v + v * v < d.anchor_ulp)) *flag = ERR_NORM_UNPINNED;
-                if (v != 0.0f) {
-                    x[b] = v * d.norm_inv;
-                    from[b] = __ldg(I + m.start + c);
-                    len[b] = __ldg(I + m.start + c + 1) - from[b];
-                }
+    for (unsigned batch = 32 * w; batch < n; batch += 32 * WARPS) {
+        unsigned t = batch + lane, from = 0, len = 0;
+        float x = 0.0f;
+        if (t < n) {
+            unsigned c = cols[t];
+            float v = hidden[c];
+            if (!(v * v + v * v < d.anchor_ulp)) *flag = ERR_NORM_UNPINNED;
+            if (v != 0.0f) {
+                x = v * d.norm_inv;
+                from = __ldg(I + m.start + c);
+                len = __ldg(I + m.start + c + 1) - from;
             }
         }
+        unsigned chunks = (len + 31) / 32, incl = chunks;
 #pragma unroll
-        for (unsigned b = 0; b < 4; b++) {
-            if (round + 32 * b >= n) break;
-            unsigned chunks = (len[b] + 31) / 32, incl = chunks;
-#pragma unroll
-            for (unsigned o = 1; o < 32; o <<= 1) {
-                unsigned y = __shfl_up_sync(FULL, incl, o);
-                if (lane >= o) incl += y;
+        for (unsigned o = 1; o < 32; o <<= 1) {
+            unsigned y = __shfl_up_sync(FULL, incl, o);
+            if (lane >= o) incl += y;
+        }
+        unsigned total = __shfl_sync(FULL, incl, 31), at = 0;
+        if (total == 0) continue;
+        if (lane == 0) at = atomicAdd(count, total);
+        at = __shfl_sync(FULL, at, 0) + incl - chunks;
+        for (unsigned k = 0; k < chunks; k++) {
+            unsigned f = from + 32 * k, l = min(32u, len - 32 * k);
+            if (at + k < CHUNK_CAP) {
+                table[at + k] = make_uint2((f << 6) | l, __float_as_uint(x));
+                continue;
             }
-            unsigned total = __shfl_sync(FULL, incl, 31), excl = incl - chunks;
-            for (unsigned g = w; g < total; g += WARPS) {
-                unsigned owner = 31 - __clz(__ballot_sync(FULL, chunks != 0 && excl <= g));
-                unsigned f = __shfl_sync(FULL, from[b], owner), l = __shfl_sync(FULL, len[b], owner);
-                // Lanes take the chunk's entries rotated by the chunk, so warps adding into
-                // the same rows at once (columns of one neuron block) hit different
-                // addresses: a shared-memory float add is a compare-and-swap loop on sm_90
-                // (measured: 0.5 % faster).
-                unsigned k = (g - __shfl_sync(FULL, excl, owner)) * 32 + ((lane + g) & 31);
-                float xo = __shfl_sync(FULL, x[b], owner);
-                if (k < l) {
-                    uint2 e = __ldg(E + f + k);
-                    atomicAdd(out + e.x, __uint_as_float(e.y) * xo);
-                }
+            for (unsigned i = 0; i < l; i++) {
+                uint2 e = __ldg(E + f + i);
+                atomicAdd(out + e.x, __uint_as_float(e.y) * x);
             }
+        }
+    }
+}
+
+__device__ HELPER void run_chunks(const uint2 *__restrict__ E, const uint2 *table, unsigned count, float *out) {
+    unsigned w = threadIdx.x / 32, lane = threadIdx.x % 32;
+    count = min(count, (unsigned)CHUNK_CAP);
+    for (unsigned g = w; g < count; g += WARPS) {
+        uint2 chunk = table[g];
+        // Lanes take the chunk's entries rotated by the chunk, so warps adding into the
+        // same rows at once (columns of one neuron block) hit different addresses: a
+        // shared-memory float add is a compare-and-swap loop on sm_90.
+        unsigned k = (lane + g) & 31;
+        if (k < (chunk.x & 63)) {
+            uint2 e = __ldg(E + (chunk.x >> 6) + k);
+            atomicAdd(out + e.x, __uint_as_float(e.y) * __uint_as_float(chunk.y));
         }
     }
 }
@@ -214,7 +234,7 @@ __device__ HELPER void channels_out(const float4 (&t)[KJ], const float *xs, cons
         float sum = lane + 32 * j < n ? xs[base + lane + 32 * j] : 0.0f;
         if (t[j].w != 0.0f) out[j] = y[(unsigned)t[j].w - 1];
         else if (sum == 0.0f) out[j] = t[j].x;
-        else out[j] = silu_call(0.0f + t[j].y * (sum + t[j].z));
+        else out[j] = silu_f(0.0f + t[j].y * (sum + t[j].z));
     }
 }
 
@@ -306,7 +326,8 @@ __device__ HELPER void value_head(unsigned entry, float4 p, const Layer &L, cons
     if (sq != 0.0f) {
         float inv = 1.0f / sqrtf(sq + 1e-6f), qs = sqrtf((float)d.dk);
 #pragma unroll
-        for (unsigned j = 0; j < KJ; j++) q[j] = (q[j] * inv) / qs;
+        for (unsigned j = 0; j < KJ; j++)
+            if (q[j] != 0.0f) q[j] = (q[j] * inv) / qs; // (a zero stays the same zero)
     }
     if (sk != 0.0f) {
         float inv = 1.0f / sqrtf(sk + 1e-6f);
@@ -361,8 +382,8 @@ __device__ HELPER void value_head(unsigned entry, float4 p, const Layer &L, cons
     float inv = 1.0f / sqrtf(s / (float)d.dv + d.eps);
 #pragma unroll
     for (unsigned j = 0; j < KJ; j++) {
-        if (lane + 32 * j >= d.dv) continue;
-        float o = (gain[j] * (acc[j] * inv)) * silu_call(zz[j]);
+        if (lane + 32 * j >= d.dv || acc[j] == 0.0f) continue; // o would be zero
+        float o = (gain[j] * (acc[j] * inv)) * silu_f(zz[j]);
         if (o == 0.0f) continue;
         for (unsigned k = from[j]; k < to[j]; k++) {
             uint2 e = __ldg(E + k);
@@ -393,6 +414,10 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
     __shared__ float4 params_sh[MAX_LAYERS * 32];
     __shared__ unsigned error_sh, token_sh, kind_sh, nz_count;
     __shared__ Tokens tk;
+    // The scatters' chunk tables (one at a time) and their lengths: the input projections'
+    // in chunk_n[0], gate/up's in chunk_n[1]; each scatter zeroes the other's length.
+    __shared__ uint2 chunk_sh[CHUNK_CAP];
+    __shared__ unsigned chunk_n[2];
     const Listing z = {dirty, nz_cols, &nz_count, &error_sh};
 
     // Tables; the residual holds only the anchors, which no layer writes (and which are
@@ -404,7 +429,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
     #pragma unroll 1
     for (unsigned i = threadIdx.x; i < d.width + d.delayed + d.scratch + d.act; i += THREADS) hidden[i] = 0.0f;
     for (unsigned i = threadIdx.x; i < (d.width + 31) / 32; i += THREADS) dirty[i] = 0;
-    if (threadIdx.x == 0) error_sh = nz_count = 0;
+    if (threadIdx.x == 0) error_sh = nz_count = chunk_n[0] = chunk_n[1] = 0;
     __syncthreads();
     for (unsigned a = threadIdx.x; a < d.anchors; a += THREADS)
         hidden[d.chip_base + I[d.anchor_dim + a]] = W[d.anchor_value + a];
@@ -465,7 +490,10 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
             if (threadIdx.x == 0) listed[0] += nz_count;
 #endif
             const Layer &L = layers[li];
-            scatter(L.xin, I, E, nz_cols, min(nz_count, NZ_CAP), hidden, d, &error_sh, xs);
+            list_chunks(L.xin, I, E, nz_cols, min(nz_count, NZ_CAP), hidden, d, &error_sh, chunk_sh, chunk_n, xs);
+            __syncthreads();
+            run_chunks(E, chunk_sh, chunk_n[0], xs);
+            if (threadIdx.x == 0) chunk_n[1] = 0;
             __syncthreads();
             MARK(1);
             // The causal conv of the channels that read earlier passes (raw = scattered sum
@@ -504,7 +532,10 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
 #ifdef PROFILE
             if (threadIdx.x == 0) listed[1] += nz_count;
 #endif
-            scatter(L.gate_up, I, E, nz_cols, min(nz_count, NZ_CAP), hidden, d, &error_sh, gu);
+            list_chunks(L.gate_up, I, E, nz_cols, min(nz_count, NZ_CAP), hidden, d, &error_sh, chunk_sh, chunk_n + 1, gu);
+            __syncthreads();
+            run_chunks(E, chunk_sh, chunk_n[1], gu);
+            if (threadIdx.x == 0) chunk_n[0] = 0;
             MARK(6);
             #pragma unroll 1
             for (unsigned i = threadIdx.x; i < d.scratch; i += THREADS) xs[i] = 0.0f;

@@ -58,6 +58,8 @@ struct LayerOffsets {
 const QUIET_UNLESS_REACHED: u32 = 1 << 16;
 /// In a head's table entry: no signal reaches its `a` row and its decay is exactly 1.
 const NO_DECAY: u32 = 1 << 17;
+/// Entries the kernel can address: its chunk tables pack an entry index into 26 bits.
+const MAX_PAIRS: usize = 1 << 26;
 /// Residual dims the kernel lists as written in one pass (its `NZ_CAP`).
 pub const NZ_CAP: usize = 2048;
 
@@ -94,6 +96,9 @@ impl CscEntries {
     /// `entries` (column, row, weight) as CSC over `cols` columns; column starts go into I.
     fn csc(&mut self, f: &mut Flat, cols: usize, mut entries: Vec<(usize, u32, f32)>) -> anyhow::Result<Csc> {
         entries.sort_by_key(|(c, r, _)| (*c, *r));
+        if self.pairs.len() / 2 + entries.len() > MAX_PAIRS {
+            bail!("chip projections too large for the GPU kernel ({MAX_PAIRS} weights at most)");
+        }
         let mut start = Vec::with_capacity(cols + 1);
         let mut at = 0;
         for c in 0..=cols {
