@@ -233,3 +233,7 @@ for section in "${SECTIONS[@]}"; do
 done
 echo "== done in $(($(date +%s) - START)) s" >>"$LOG"
 cat "$LOG"
+# The verdicts last, where the device tool's output tail keeps them.
+echo "== verdicts"
+awk '/^== /{cmd=$0} /rc=[1-9]/{print cmd " -> " $1} /every instruction verified/{n=split(cmd, w, " "); print "   " w[n] ": every instruction verified"}
+    /identical|DIFFER|SKIPPED|^== done/{print}' "$LOG"

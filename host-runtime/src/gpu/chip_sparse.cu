@@ -24,9 +24,10 @@
 // out_proj columns) is one warp's, with no block barrier; a SwiGLU neuron that fires adds
 // its down column into the residual from the thread that computed it. A layer's block
 // barriers: each scatter's chunks listed and added (input projections, gate/up), the
-// delayed conv done (where a layer has one), the heads done, the MLP done. Every table a step needs is one
-// load (a channel's four fields, a neuron's record and its down column's ends, a delayed
-// channel's record), the heads' table entries and parameters sit in shared memory.
+// delayed conv done (where a layer has one), the heads done, the MLP done. Every table a
+// step needs is one load (a channel's four fields, a neuron's record and its down column's
+// ends, a delayed channel's record), the heads' table entries and parameters sit in
+// shared memory.
 //
 // What bounds it (H200, measured with a pointer chase and ncu): a dependent load costs
 // ~290 cycles from L2 and ~375 through L1 when it misses, a 1024-thread barrier 76; the
