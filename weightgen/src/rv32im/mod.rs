@@ -68,11 +68,17 @@ pub fn circuit(target: Target) -> Result<(Circuit, StateMap), Unfit> {
     let t = wires::Tok::new(&c);
     let f = front::build(&mut c, &t);
     let d = decode::build(&mut c, &f);
-    let (rs1, rs2, regs) = regs::build(&mut c, &t, &f, &d.rd, &d.rs1, &d.rs2);
-    let x = alu::build(&mut c, &f, &d, &rs1, &rs2);
-    let m = mem::build(&mut c, &t, &f, &d.class, &rs1, &rs2, &d.imm, &x.address);
-    retire::build(&mut c, &t, &f, &d, &rs2, &x, &m);
-    Ok((c, StateMap { regs, ram: m.banks }))
+    let r = regs::build(&mut c, &t, &f, &d.rd, &d.rs1, &d.rs2);
+    let x = alu::build(&mut c, &f, &d, &r.rs1, &r.rs2);
+    let m = mem::build(&mut c, &t, &f, &d.class, &r.rs1, &r.rs2, &d.imm, &x.address);
+    retire::build(&mut c, &t, &f, &d, &r, &x, &m);
+    Ok((
+        c,
+        StateMap {
+            regs: r.memories,
+            ram: m.banks,
+        },
+    ))
 }
 
 /// A compiled RV32IM chip and where its state lives.
@@ -104,6 +110,7 @@ impl Rv32Chip {
     pub fn host_map(&self) -> Rv32Map {
         Rv32Map {
             regs_low: self.map.regs.low,
+            regs_cls: self.map.regs.cls,
             regs_up34: self.map.regs.up34,
             regs_up567: self.map.regs.up567,
             ram_banks: self.map.ram.clone(),

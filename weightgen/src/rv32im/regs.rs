@@ -1,16 +1,21 @@
 //! The register file: 64 rows (32 architectural registers, 32 millicode shadows) in
-//! three memories per read port, so that one token can write a whole register.
+//! four memories per read port, so that one token can write a whole register, and a `u`
+//! token its low bits alone.
 //!
 //! A pass writes the register the *previous* pass decoded (its rd digits, through the
 //! conv's one-token delay) with the value the consumed token carries:
-//! - `low`: nibbles 0..2 (one-hot), the value's class and, for links, nibble 3:
-//!   `s` tokens (the 12-bit value sign-extended: class spos/sneg), `l` tokens (class from
-//!   the `m` before: upper bits zero, ones, or from an `h`), `lk` tokens (pc + 4).
-//! - `up34`: nibbles 3 and 4 from the `m` before an `l` (zero row otherwise).
+//! - `low`: nibbles 0..2 (one-hot), from `s`, `l`, `lk` (pc + 4) and `u` tokens;
+//! - `cls`: how nibbles 3..7 read: the value's class (`s` tokens: the 12-bit value
+//!   sign-extended, spos/sneg; `l` tokens: from the `m` before, upper bits zero, ones or
+//!   from an `h`; `lk` tokens: a link, with its nibble 3); `u` leaves it, and the upper
+//!   memories, as they were;
+//! - `up34`: nibbles 3 and 4 from the `m` before an `l` (zero row otherwise);
 //! - `up567`: nibbles 5..7 from the `h` two tokens before an `l` (zero row otherwise).
 //!
-//! A read sums the three: nibbles a class implies (sign fill, link's upper nibbles) are
+//! A read sums the four: nibbles a class implies (sign fill, link's upper nibbles) are
 //! linear in the class entries. A row never written reads as zero, which is x0's value.
+//! A third port reads rd's nibbles 3..7 before the pass's instruction writes them, so
+//! that retire can send a value whose bits 12..31 stay as a single `u`.
 
 use inband_circuits::{Address, Circuit, Delayed, Expr, Range, ReadOutput, Write};
 
@@ -19,8 +24,8 @@ use super::front::Front;
 use super::tokens::{field, kind, up};
 use super::wires::{oh, with_implied_zero, Tok};
 
-/// Entry layout of the `low` memory.
-pub use inband_chip::rv32im::low;
+/// Entry layouts of the `low` and `cls` memories.
+pub use inband_chip::rv32im::{cls, low};
 
 /// A register's value as read: bits, nibble values and (store-data port only) one-hot nibbles.
 #[derive(Clone)]
@@ -46,8 +51,19 @@ impl RegValue {
 #[derive(Debug, Clone, Copy)]
 pub struct PortMemories {
     pub low: usize,
+    pub cls: usize,
     pub up34: usize,
     pub up567: usize,
+}
+
+/// What the register file gives the stages after it.
+pub struct RegFile {
+    pub rs1: RegValue,
+    pub rs2: RegValue,
+    /// rd's nibbles 3..7 (levels) before this pass's instruction writes it.
+    pub rd_upper: Vec<Expr>,
+    /// The rs1 port's memories.
+    pub memories: PortMemories,
 }
 
 fn factored(d: &RegDigits, delay: usize) -> Address {
@@ -58,19 +74,22 @@ fn factored(d: &RegDigits, delay: usize) -> Address {
     }
 }
 
-/// Builds the file and reads `rs1` and `rs2`; returns their values and port A's memories.
-pub fn build(
-    c: &mut Circuit,
-    t: &Tok,
-    f: &Front,
-    rd: &RegDigits,
-    rs1: &RegDigits,
-    rs2: &RegDigits,
-) -> (RegValue, RegValue, PortMemories) {
-    let (s, l, lk, m, h) = (
+/// The four memories' parts, in the order a port's memories are listed.
+#[derive(Clone, Copy, PartialEq)]
+enum Part {
+    Low,
+    Cls,
+    Up34,
+    Up567,
+}
+
+/// Builds the file and reads `rs1`, `rs2` and rd's upper nibbles.
+pub fn build(c: &mut Circuit, t: &Tok, f: &Front, rd: &RegDigits, rs1: &RegDigits, rs2: &RegDigits) -> RegFile {
+    let (s, l, lk, u, m, h) = (
         t.kind(kind::S),
         t.kind(kind::L),
         t.kind(kind::LK),
+        t.kind(kind::U),
         t.kind(kind::M),
         t.kind(kind::H),
     );
@@ -85,21 +104,24 @@ pub fn build(
             low_entries.push((low::NIBBLES + 16 * j + v, now(t.field(field::N[j])[v].clone() + link)));
         }
     }
-    low_entries.extend([
-        (low::SPOS, now(s.clone() + pos - 1.0)),
-        (low::SNEG, now(s.clone() + neg - 1.0)),
-        (low::LZERO, Delayed::ago(t.field(field::MUP)[up::ZERO].clone(), 1)),
-        (low::LONES, Delayed::ago(t.field(field::MUP)[up::ONES].clone(), 1)),
-        (low::LH, Delayed::ago(t.field(field::MUP)[up::FROM_H].clone(), 1)),
-        (low::LINK, now(lk.clone())),
-    ]);
-    for v in 0..16 {
-        low_entries.push((low::LINK_N3 + v, now(f.link[3][v].clone())));
-    }
-    for p in 70..73 {
+    for p in 48..53 {
         low_entries.push((p, now(Expr::constant(1.0))));
     }
-    low_entries.push((73, now(s.clone() + l.clone())));
+    let mut cls_entries = vec![
+        (cls::SPOS, now(s.clone() + pos - 1.0)),
+        (cls::SNEG, now(s.clone() + neg - 1.0)),
+        (cls::LZERO, Delayed::ago(t.field(field::MUP)[up::ZERO].clone(), 1)),
+        (cls::LONES, Delayed::ago(t.field(field::MUP)[up::ONES].clone(), 1)),
+        (cls::LH, Delayed::ago(t.field(field::MUP)[up::FROM_H].clone(), 1)),
+        (cls::LINK, now(lk.clone())),
+    ];
+    for v in 0..16 {
+        cls_entries.push((cls::LINK_N3 + v, now(f.link[3][v].clone())));
+    }
+    cls_entries.push((22, now(s.clone() + l.clone())));
+    for p in 23..29 {
+        cls_entries.push((p, now(Expr::constant(1.0))));
+    }
     let mut up34_entries = Vec::new();
     for (off, fl) in [(0, field::M3), (16, field::M4)] {
         for v in 0..16 {
@@ -118,43 +140,62 @@ pub fn build(
     for p in 48..53 {
         up567_entries.push((p, Delayed::ago(h.clone(), 2)));
     }
-    let enable = s.clone() + l + lk;
+    let whole = s.clone() + l + lk;
+    let enable = |part: Part| {
+        if part == Part::Low {
+            whole.clone() + u.clone()
+        } else {
+            whole.clone()
+        }
+    };
 
-    // A port reads the three memories; its outputs are the value's bits (each a sum of
-    // one-hot entries, so consumers see one signal per bit) and, where store data needs
-    // them, the one-hot nibbles.
-    let mut port = |name: &str, digits: &RegDigits, with_onehot: bool| -> (RegValue, PortMemories) {
+    // A port reads its memories; its outputs are the value's bits (each a sum of one-hot
+    // entries, so consumers see one signal per bit) and, where store data needs them, the
+    // one-hot nibbles. The rd port reads only the memories of nibbles 3..7.
+    let mut port = |name: &str, digits: &RegDigits, with_onehot: bool, parts: &[Part]| -> (RegValue, Vec<usize>) {
         let bit_entries = |base: usize, i: usize| -> Vec<(usize, f64)> {
             (1..16).filter(|v| v >> i & 1 == 1).map(|v| (base + v, 1.0)).collect()
         };
         let mut memories = Vec::new();
         let mut reads: Vec<std::collections::HashMap<String, Expr>> = Vec::new();
-        for (part, entries, description, nibbles) in [
-            (
-                "low",
-                &low_entries,
-                "register nibbles 0-2 one-hot (0-47), class (48-53), link nibble 3 (54-69), 4 pads",
-                3usize,
-            ),
-            (
-                "up34",
-                &up34_entries,
-                "register nibbles 3-4 one-hot (0-31), 6 pads; zero unless the value was long",
-                2,
-            ),
-            (
-                "up567",
-                &up567_entries,
-                "register nibbles 5-7 one-hot (0-47), 5 pads; zero unless the value needed an h token",
-                3,
-            ),
-        ] {
-            let mem = c.memory(format!("regs.{name}.{part}"), 1, 8, description);
+        for part in [Part::Low, Part::Cls, Part::Up34, Part::Up567] {
+            let (label, entries, description, nibbles) = match part {
+                Part::Low => (
+                    "low",
+                    &low_entries,
+                    "register nibbles 0-2 one-hot (0-47), 5 pads",
+                    3usize,
+                ),
+                Part::Cls => (
+                    "cls",
+                    &cls_entries,
+                    "how register nibbles 3-7 read: class (0-5), link nibble 3 (6-21), not-a-link, 6 pads",
+                    0,
+                ),
+                Part::Up34 => (
+                    "up34",
+                    &up34_entries,
+                    "register nibbles 3-4 one-hot (0-31), 6 pads; zero unless the value was long",
+                    2,
+                ),
+                Part::Up567 => (
+                    "up567",
+                    &up567_entries,
+                    "register nibbles 5-7 one-hot (0-47), 5 pads; zero unless the value needed an h token",
+                    3,
+                ),
+            };
+            if !parts.contains(&part) {
+                memories.push(usize::MAX);
+                reads.push(Default::default());
+                continue;
+            }
+            let mem = c.memory(format!("regs.{name}.{label}"), 1, 8, description);
             c.write(Write {
                 memory: mem,
                 address: factored(rd, 1),
                 entries: entries.clone(),
-                enable: enable.clone(),
+                enable: enable(part),
             });
             let mut outs: Vec<ReadOutput> = Vec::new();
             for j in 0..nibbles {
@@ -167,21 +208,21 @@ pub fn build(
                     }
                 }
             }
-            if part == "low" {
-                for e in low::SPOS..=low::LINK {
+            if part == Part::Cls {
+                for e in cls::SPOS..=cls::LINK {
                     outs.push((format!("e{e}"), Range::BIT, vec![(e, 1.0)]));
                 }
                 for i in 0..4 {
-                    outs.push((format!("link3.b{i}"), Range::BIT, bit_entries(low::LINK_N3, i)));
+                    outs.push((format!("link3.b{i}"), Range::BIT, bit_entries(cls::LINK_N3, i)));
                 }
                 if with_onehot {
                     for v in 1..16 {
-                        outs.push((format!("link3.{v}"), Range::BIT, vec![(low::LINK_N3 + v, 1.0)]));
+                        outs.push((format!("link3.{v}"), Range::BIT, vec![(cls::LINK_N3 + v, 1.0)]));
                     }
                 }
             }
             let names: Vec<String> = outs.iter().map(|(n, _, _)| n.clone()).collect();
-            let signals = c.read(&format!("{name}.{part}"), mem, factored(digits, 0), None, outs);
+            let signals = c.read(&format!("{name}.{label}"), mem, factored(digits, 0), None, outs);
             memories.push(mem);
             reads.push(
                 names
@@ -191,16 +232,16 @@ pub fn build(
             );
         }
         let get = |m: usize, n: &str| reads[m].get(n).cloned().unwrap_or_else(Expr::zero);
-        let class = |e: usize| get(0, &format!("e{e}"));
-        let (spos, sneg, lones, link) = (class(low::SPOS), class(low::SNEG), class(low::LONES), class(low::LINK));
-        // Each nibble: (memory, index within it, extra bits, fill when the class implies 15).
+        let class = |e: usize| get(1, &format!("e{e}"));
+        let (sneg, lones, link) = (class(cls::SNEG), class(cls::LONES), class(cls::LINK));
+        // Each nibble: (memory, index within it, fill when the class implies 15).
         let mut bits = Vec::new();
         let mut onehot = Vec::new();
         for j in 0..8 {
             let (m, jj) = match j {
                 0..=2 => (0, j),
-                3 | 4 => (1, j - 3),
-                _ => (2, j - 5),
+                3 | 4 => (2, j - 3),
+                _ => (3, j - 5),
             };
             let ones = match j {
                 0..=2 => Expr::zero(),
@@ -210,7 +251,7 @@ pub fn build(
             for i in 0..4 {
                 let mut b = get(m, &format!("n{jj}.b{i}")) + ones.clone();
                 if j == 3 {
-                    b = b + get(0, &format!("link3.b{i}"));
+                    b = b + get(1, &format!("link3.b{i}"));
                 }
                 if j == 4 && i == 0 {
                     b = b + link.clone();
@@ -224,7 +265,7 @@ pub fn build(
                         x = x + ones.clone();
                     }
                     if j == 3 {
-                        x = x + get(0, &format!("link3.{v}"));
+                        x = x + get(1, &format!("link3.{v}"));
                     }
                     if j == 4 && v == 1 {
                         x = x + link.clone();
@@ -234,17 +275,22 @@ pub fn build(
                 onehot.push(with_implied_zero(raw.collect()));
             }
         }
-        let _ = spos;
-        let value = RegValue::from_bits(bits, onehot);
-        let mems = PortMemories {
-            low: memories[0],
-            up34: memories[1],
-            up567: memories[2],
-        };
-        (value, mems)
+        (RegValue::from_bits(bits, onehot), memories)
     };
-    let (a, mems) = port("rs1", rs1, false);
-    let (b, _) = port("rs2", rs2, true);
+    let all_parts = [Part::Low, Part::Cls, Part::Up34, Part::Up567];
+    let (rs1, mems) = port("rs1", rs1, false, &all_parts);
+    let (rs2, _) = port("rs2", rs2, true, &all_parts);
+    let (rd_value, _) = port("rd", rd, false, &[Part::Cls, Part::Up34, Part::Up567]);
     let _ = oh;
-    (a, b, mems)
+    RegFile {
+        rs1,
+        rs2,
+        rd_upper: rd_value.nibbles[3..].to_vec(),
+        memories: PortMemories {
+            low: mems[0],
+            cls: mems[1],
+            up34: mems[2],
+            up567: mems[3],
+        },
+    }
 }

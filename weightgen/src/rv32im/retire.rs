@@ -1,8 +1,8 @@
 //! Retire: choose the value, the next token and its fields.
 //!
 //! One layer muxes every result source into a value (nibbles) and classifies it (fits
-//! 12 bits sign-extended → `s`; bits 20..31 all 0 or all 1 → `m` then `l`; else `h`,
-//! `m`, `l`). The final layer holds the `latch`, an anchored memory written on every
+//! 12 bits sign-extended → `s`; bits 12..31 as rd's were → `u`; bits 20..31 all 0 or all
+//! 1 → `m` then `l`; else `h`, `m`, `l`). The final layer holds the `latch`, an anchored memory written on every
 //! pass that runs an instruction or reads a word for a line fill, and read by the
 //! continuation passes (`h`, `m`, `lk`, `w1`, `w2`, `t`), which emit the rest of what
 //! that pass started.
@@ -17,7 +17,7 @@ use super::decode::Decoded;
 use super::front::Front;
 use super::mem::MemoryUnit;
 use super::millicode;
-use super::regs::RegValue;
+use super::regs::RegFile;
 use super::tokens::{field, kind, row_digits, up, CAUSE_EXIT, NEXT_ROW};
 use super::wires::{bits_value, entry_outputs, nibble_values, oh, one_row, value, Tok};
 
@@ -44,7 +44,8 @@ mod latch {
     pub const COUNT: usize = 19;
 }
 
-pub fn build(c: &mut Circuit, t: &Tok, f: &Front, d: &Decoded, rs2: &RegValue, x: &Executed, m: &MemoryUnit) {
+pub fn build(c: &mut Circuit, t: &Tok, f: &Front, d: &Decoded, r: &RegFile, x: &Executed, m: &MemoryUnit) {
+    let rs2 = &r.rs2;
     let k = &d.class;
     let sum = |xs: &[&Expr]| xs.iter().fold(Expr::zero(), |e, x| e + (*x).clone());
     let one = Expr::constant(1.0);
@@ -169,6 +170,9 @@ pub fn build(c: &mut Circuit, t: &Tok, f: &Front, d: &Decoded, rs2: &RegValue, x
     let fits12 = blk.output("fits12", Range::BIT);
     let up_zero = blk.output("up.zero", Range::BIT);
     let up_ones = blk.output("up.ones", Range::BIT);
+    // How many of nibbles 3..7 differ from rd's before the write: none, and one `u`
+    // token writes the value (its low bits; the register keeps the rest).
+    let differs = blk.output("differs", Range::new(0, 5));
     for (_, cond, nib) in &results {
         let high = |from: usize| (from..8).fold(Expr::zero(), |e, j| e + nib[j].clone());
         let ones = |from: usize| (from..8).fold(Expr::zero(), |e, j| e + (Expr::constant(15.0) - nib[j].clone()));
@@ -199,9 +203,16 @@ pub fn build(c: &mut Circuit, t: &Tok, f: &Front, d: &Decoded, rs2: &RegValue, x
             &one,
             &[(up_ones, 1.0)],
         );
+        for j in 3..8 {
+            let diff = nib[j].clone() - r.rd_upper[j - 3].clone();
+            for signed in [diff.clone(), Expr::zero() - diff] {
+                add_gated(&mut blk, &gate(signed), (-15.0 - big, 15.0), &one, &[(differs, 1.0)]);
+            }
+        }
     }
     c.add_block(blk);
     let (fits12, up_zero, up_ones) = (Expr::signal(fits12), Expr::signal(up_zero), Expr::signal(up_ones));
+    let differs = Expr::signal(differs);
     let result_any = results.iter().fold(Expr::zero(), |e, (_, c, _)| e + c.clone());
 
     // Sequential outcomes: no register to write, the next instruction follows.
@@ -312,11 +323,18 @@ pub fn build(c: &mut Circuit, t: &Tok, f: &Front, d: &Decoded, rs2: &RegValue, x
     let choices = vec![
         (fits12.clone() - d.rd_zero.clone(), kind::S),
         (
-            up_zero.clone() + up_ones.clone() - fits12.clone() - d.rd_zero.clone(),
+            result_any.clone() - fits12.clone() - d.rd_zero.clone() - differs.clone(),
+            kind::U,
+        ),
+        // m and h only when some upper nibble differs (the weights keep every other case
+        // at or below 0: differs is at most 5).
+        (
+            (up_zero.clone() + up_ones.clone()) * 6.0 - fits12.clone() * 5.0 - d.rd_zero.clone() * 5.0 - 6.0
+                + differs.clone(),
             kind::M,
         ),
         (
-            result_any.clone() - up_zero.clone() - up_ones.clone() - d.rd_zero.clone(),
+            (result_any.clone() - up_zero.clone() - up_ones.clone() - d.rd_zero.clone()) * 6.0 - 6.0 + differs.clone(),
             kind::H,
         ),
         (seq.clone() - f.wrap.clone(), kind::N),

@@ -10,8 +10,8 @@ use inband_golden::{Machine, RunEnd, Step, Trap, TrapCause};
 use thiserror::Error;
 
 use super::load::BootLoader;
-use super::low;
 use super::tokens::{kind, nibble, row_digits, row_of, token, CAUSE_EXIT, LINE_WORDS, ROW_PIECES, ROW_SLOTS};
+use super::{cls, low};
 use super::{Rv32Map, MILLICODE_FIRST_ROW};
 use crate::engine::{ChipRunner, PassEngine};
 use crate::model::ChipModel;
@@ -144,7 +144,7 @@ pub fn line_digits(line: usize) -> [usize; 4] {
 /// The slot a token starts (None: it starts no instruction).
 fn started_slot(t: &ChipToken) -> Option<usize> {
     match t.kind {
-        kind::S | kind::L | kind::O => Some(t.values[3.min(t.values.len() - 1)]).filter(|s| *s < ROW_SLOTS),
+        kind::S | kind::L | kind::U | kind::O => Some(t.values[3.min(t.values.len() - 1)]).filter(|s| *s < ROW_SLOTS),
         kind::N => Some(t.values[0]).filter(|s| *s < ROW_SLOTS),
         kind::X => Some(t.values[3]),
         kind::XM => Some(t.values[1]),
@@ -190,7 +190,7 @@ fn word_of(parts: &[ChipToken]) -> u32 {
 /// the kinds table in `tokens`). Every pass after boot has exactly one cause.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PassCause {
-    /// Finishes an instruction and starts the next (`s l n lk o`).
+    /// Finishes an instruction and starts the next (`s l u n lk o`).
     Retire,
     /// Moves the pc to another ROM row (`x`): jumps, taken branches, running off a row.
     RowChange,
@@ -730,16 +730,17 @@ impl<'a> ChipMachine<'a> {
         let mut regs = [0u32; 32];
         for (r, reg) in regs.iter_mut().enumerate() {
             let lo = self.memory_row(m.regs_low, r)?;
+            let class = self.memory_row(m.regs_cls, r)?;
             let u34 = self.memory_row(m.regs_up34, r)?;
             let u567 = self.memory_row(m.regs_up567, r)?;
             let nib = |e: &[bool], off: usize| (1..16).find(|v| e[off + v]).unwrap_or(0) as u32;
-            let (sneg, lones, link) = (lo[low::SNEG], lo[low::LONES], lo[low::LINK]);
+            let (sneg, lones, link) = (class[cls::SNEG], class[cls::LONES], class[cls::LINK]);
             let fill = |ones: bool| if ones { 15 } else { 0 };
             let mut v = [0u32; 8];
             for (j, n) in v.iter_mut().take(3).enumerate() {
                 *n = nib(&lo, low::NIBBLES + 16 * j);
             }
-            v[3] = nib(&u34, 0) + nib(&lo, low::LINK_N3) + fill(sneg);
+            v[3] = nib(&u34, 0) + nib(&class, cls::LINK_N3) + fill(sneg);
             v[4] = nib(&u34, 16) + u32::from(link) + fill(sneg);
             for (j, n) in v.iter_mut().skip(5).enumerate() {
                 *n = nib(&u567, 16 * j) + fill(sneg || lones);

@@ -14,19 +14,24 @@ use serde::{Deserialize, Serialize};
 /// token's row is this plus its `rlo` digit).
 pub const MILLICODE_FIRST_ROW: usize = 15 * 128;
 
-/// Entries of a register's `low` memory row (the register file keeps nibbles 0..2, the
-/// sign and link flags there; nibbles 3..7 in the `up34` and `up567` memories).
+/// Entries of a register's `low` memory row: nibbles 0..2 only, so that a `u` token can
+/// replace them and leave the rest of the register as it was.
 pub mod low {
     /// Nibble j (0..2) value v at entry 16j + v.
     pub const NIBBLES: usize = 0;
-    pub const SPOS: usize = 48;
-    pub const SNEG: usize = 49;
-    pub const LZERO: usize = 50;
-    pub const LONES: usize = 51;
-    pub const LH: usize = 52;
-    pub const LINK: usize = 53;
-    /// Link nibble 3 value v at entry 54 + v.
-    pub const LINK_N3: usize = 54;
+}
+
+/// Entries of a register's `cls` memory row: how nibbles 3..7 read (the sign fill of a
+/// short value, the fill an `m` gave, an `h`'s nibbles, a link's nibbles 3 and 4).
+pub mod cls {
+    pub const SPOS: usize = 0;
+    pub const SNEG: usize = 1;
+    pub const LZERO: usize = 2;
+    pub const LONES: usize = 3;
+    pub const LH: usize = 4;
+    pub const LINK: usize = 5;
+    /// Link nibble 3 value v at entry 6 + v.
+    pub const LINK_N3: usize = 6;
 }
 
 /// Where the RV32IM chip keeps what a host reads back, and how it is coded: memory
@@ -34,8 +39,9 @@ pub mod low {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Rv32Map {
     /// The register file (the rs1 port's memories; every port holds the same rows):
-    /// nibbles 0..2 with the sign and link flags ([`low`]), nibbles 3..4, nibbles 5..7.
+    /// nibbles 0..2 ([`low`]), how nibbles 3..7 read ([`cls`]), nibbles 3..4, nibbles 5..7.
     pub regs_low: usize,
+    pub regs_cls: usize,
     pub regs_up34: usize,
     pub regs_up567: usize,
     /// RAM banks in bank order.

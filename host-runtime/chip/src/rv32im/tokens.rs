@@ -9,6 +9,7 @@
 //! |---|---|---|
 //! | `s` | n0 n1 n2, slot | writes rd ← the 12-bit value sign-extended; runs the instruction at `slot` |
 //! | `l` | n0 n1 n2, slot | writes rd ← a long value: these low 12 bits, the rest from the `m` (and `h`) before it; runs `slot` |
+//! | `u` | n0 n1 n2, slot | writes rd's low 12 bits, keeping bits 12..31 (a value whose upper bits equal rd's old ones: `addi a5, a5, 4` on a pointer); runs `slot` |
 //! | `m` | m3 m4, mup, mslot | carries bits 12..19 of a long value (mup: bits 20..31 all 0, all 1, or from the `h` before); re-decodes `mslot` for rd |
 //! | `h` | h5 h6 h7 | carries bits 20..31 of a long value |
 //! | `lk` | lkslot | writes rd ← pc + 4 of the jump at `lkslot` (the link) |
@@ -88,6 +89,7 @@ pub mod kind {
     pub const FS: usize = 17;
     pub const F3: usize = 18;
     pub const RR: usize = 19;
+    pub const U: usize = 20;
 }
 
 /// `mup` values.
@@ -174,6 +176,7 @@ pub fn spec() -> TokenSpec {
         k("fs", &[FK, FSLOT]),
         k("f3", &[N[6], N[7], FW, FSLOT]),
         k("rr", &[FSLOT]),
+        k("u", &[N[0], N[1], N[2], SLOT]),
     ];
     TokenSpec { fields, kinds }
 }
@@ -217,6 +220,8 @@ mod tests {
         }
         assert_eq!(s.kinds[kind::RR].name, "rr");
         assert_eq!(s.fields[field::FSLOT].name, "fslot");
-        assert!(s.vocab_size() < 160_000, "{}", s.vocab_size());
+        // Every chip token is a row of the spliced checkpoint's embedding and lm_head.
+        assert!(s.vocab_size() < 190_000, "{}", s.vocab_size());
+        assert_eq!(s.kinds[kind::U].name, "u");
     }
 }
