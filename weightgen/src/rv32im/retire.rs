@@ -2,10 +2,10 @@
 //!
 //! One layer muxes every result source into a value (nibbles) and classifies it (fits
 //! 12 bits sign-extended → `s`; bits 12..31 as rd's were → `u`; bits 20..31 all 0 or all
-//! 1 → `m` then `l`; else `h`, `m`, `l`). The final layer holds the `latch`, an anchored memory written on every
-//! pass that runs an instruction or reads a word for a line fill, and read by the
-//! continuation passes (`h`, `m`, `lk`, `w1`, `w2`, `t`), which emit the rest of what
-//! that pass started.
+//! 1 → `m` then `l`; else `h`, `m`, `l`). The final layer holds the `latch`, an anchored
+//! memory written on every pass that runs an instruction or reads a word for a line fill,
+//! and read by the continuation passes (`h`, `m`, `lk`, `w1`, `w2`, `t`), which emit the
+//! rest of what that pass started.
 
 use inband_circuits::circuit::RowCode;
 use inband_circuits::contract::OUTPUT_UNIT;
