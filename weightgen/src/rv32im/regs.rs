@@ -22,7 +22,7 @@ use inband_circuits::{Address, Circuit, Delayed, Expr, Range, ReadOutput, Write}
 use super::decode::RegDigits;
 use super::front::Front;
 use super::tokens::{field, kind, up};
-use super::wires::{oh, with_implied_zero, Tok};
+use super::wires::{with_implied_zero, Tok};
 
 /// Entry layouts of the `low` and `cls` memories.
 pub use inband_chip::rv32im::{cls, low};
@@ -281,7 +281,6 @@ pub fn build(c: &mut Circuit, t: &Tok, f: &Front, rd: &RegDigits, rs1: &RegDigit
     let (rs1, mems) = port("rs1", rs1, false, &all_parts);
     let (rs2, _) = port("rs2", rs2, true, &all_parts);
     let (rd_value, _) = port("rd", rd, false, &[Part::Cls, Part::Up34, Part::Up567]);
-    let _ = oh;
     RegFile {
         rs1,
         rs2,
