@@ -21,7 +21,8 @@
 #   speed         stock transformers decoding the spliced checkpoint on hello's token stream
 #   examples      every example but Euler #10 on CUDA, output compared with golden's
 #   bench         inband bench --device cuda --against-reference (both kernels, the ratio)
-#   verify        ISA tests, the shorter examples and whole_ram under --verify on CUDA
+#   verify        ISA tests, the shorter examples, whole_ram and the C kernels of
+#                 tests/kernels under --verify on CUDA
 #   load          hello, int64 and Euler #10 booted by loading state (a fresh VM, then
 #                 5 boots on the resident one) and by prefill on CUDA: inband bench --boot
 #   euler10       Project Euler #10 inside the spliced checkpoint on CUDA, timed
@@ -29,6 +30,8 @@
 #                 CUDA): `[C: 847*293]` and `[C: 12345*6789]`, forced tokens
 #   inband-euler10  the same with Euler #10 as a ```c block
 #   fib           fib inside the spliced checkpoint on CUDA
+#   sieve         tests/speed/sieve.c (31.5 M instructions) inside the spliced checkpoint
+#                 on CUDA, output vs golden's (fits the call's 590 s from ~65 k passes/s)
 #   batch         the ISA suite and every example as one batch on CUDA (inband run --batch
 #                 --verify: each compared with golden); hello's, strings' and int64's first
 #                 machines' token streams vs the CPU engine's single-stream ones; a batch
@@ -186,11 +189,14 @@ for section in "${SECTIONS[@]}"; do
             step 120 $B/inband run "${V[@]}" --verify --stats $E/$p.elf
         done
         step 240 $B/inband run "${V[@]}" --verify --stats $E/whole_ram.elf
+        for p in matmul crc32 sha256 search fsm; do
+            step 120 $B/inband run "${V[@]}" --verify --stats $E/$p.elf
+        done
         ;;
     load)
         step 200 $B/inband bench "${M[@]:2}" --boot $E/hello.elf $E/int64.elf $E/euler10.elf
         ;;
-    euler10 | fib)
+    euler10 | fib | sieve)
         vs_golden $section 590 && cat "$W/$section.cuda" >>"$LOG"
         ;;
     inband)

@@ -148,3 +148,27 @@ fn auto_libc_takes_picolibc_only_when_needed() {
         built(inband.path(), inband_firmware::Libc::Inband)
     );
 }
+
+/// The long sieve of `tests/speed/` (the program the chip's speed is measured with on the
+/// GPU): the bare-metal build prints the count and sum of the primes below two million in
+/// more than 10 M instructions, and the Linux build prints the same under qemu (too long
+/// for a lockstep trace; every instruction kind it uses is in the lockstep corpus).
+#[test]
+fn sieve_sums_the_primes_below_two_million() {
+    let source = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("speed/sieve.c");
+    let dir = tempfile::tempdir().unwrap();
+    let bare = build_with(&source, Flavor::BareMetal, dir.path(), BuildOptions::default());
+    let (machine, end) = run_golden_bare(&bare, 1 << 32);
+    assert_eq!(end, RunEnd::Exited(0));
+    let want = "148933 primes below 2000000, their sum 142913828922\n";
+    assert_eq!(String::from_utf8_lossy(&machine.console), want);
+    assert!(machine.instret > 10_000_000, "{} instructions", machine.instret);
+    let linux = build_with(&source, Flavor::LinuxUser, dir.path(), BuildOptions::default());
+    let qemu = std::process::Command::new(inband_golden::qemu::QEMU)
+        .args(["-cpu", inband_golden::qemu::QEMU_CPU])
+        .arg(&linux)
+        .output()
+        .expect("qemu-riscv32 runs");
+    assert!(qemu.status.success(), "qemu: {:?}", qemu.status);
+    assert_eq!(String::from_utf8_lossy(&qemu.stdout), want);
+}

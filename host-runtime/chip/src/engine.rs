@@ -4,6 +4,8 @@
 //! where the layer's sum order has them; or the dense path) over a batch of independent
 //! machines; the GPU engine lives in the runtime.
 
+use std::ops::Range;
+
 use candle_core::{Device, Tensor};
 use inband_qwen35::active::ActiveLayer;
 use inband_qwen35::dense::{DenseLayer, DenseState};
@@ -19,8 +21,15 @@ pub trait PassEngine {
     /// until `max` passes ran or, once the inputs are used up, a chosen token's kind is
     /// in `stop_kinds`. Returns the token chosen by each pass.
     fn passes(&mut self, inputs: &[ChipToken], max: usize, stop_kinds: &[usize]) -> anyhow::Result<Vec<ChipToken>>;
+    /// Consecutive GDN memory rows (`dv` entries each, one after another): key rows
+    /// `rows` of value head `head` of chip layer `layer`. A check reads a whole memory
+    /// this way: the GPU answers it with one copy, where a copy per row cost the
+    /// verifier most of its time (128 a retired instruction for the register file).
+    fn memory_rows(&self, layer: usize, head: usize, rows: Range<usize>) -> anyhow::Result<Vec<f32>>;
     /// One GDN memory row (`dv` entries): key row `row` of value head `head` of chip layer `layer`.
-    fn memory_row(&self, layer: usize, head: usize, row: usize) -> anyhow::Result<Vec<f32>>;
+    fn memory_row(&self, layer: usize, head: usize, row: usize) -> anyhow::Result<Vec<f32>> {
+        self.memory_rows(layer, head, row..row + 1)
+    }
     /// Makes the machine fresh (every GDN state and conv state zero) and writes `rows`
     /// into its GDN memories: boot by loading state (see [`crate::rv32im::load`]).
     fn load_state(&mut self, rows: &[MemoryRow]) -> anyhow::Result<()>;
@@ -36,8 +45,8 @@ impl<E: PassEngine + ?Sized> PassEngine for &mut E {
     fn passes(&mut self, inputs: &[ChipToken], max: usize, stop_kinds: &[usize]) -> anyhow::Result<Vec<ChipToken>> {
         (**self).passes(inputs, max, stop_kinds)
     }
-    fn memory_row(&self, layer: usize, head: usize, row: usize) -> anyhow::Result<Vec<f32>> {
-        (**self).memory_row(layer, head, row)
+    fn memory_rows(&self, layer: usize, head: usize, rows: Range<usize>) -> anyhow::Result<Vec<f32>> {
+        (**self).memory_rows(layer, head, rows)
     }
     fn load_state(&mut self, rows: &[MemoryRow]) -> anyhow::Result<()> {
         (**self).load_state(rows)
@@ -126,8 +135,8 @@ impl PassEngine for Traced<'_> {
         Ok(out)
     }
 
-    fn memory_row(&self, layer: usize, head: usize, row: usize) -> anyhow::Result<Vec<f32>> {
-        self.inner.memory_row(layer, head, row)
+    fn memory_rows(&self, layer: usize, head: usize, rows: Range<usize>) -> anyhow::Result<Vec<f32>> {
+        self.inner.memory_rows(layer, head, rows)
     }
 
     fn load_state(&mut self, rows: &[MemoryRow]) -> anyhow::Result<()> {
@@ -302,15 +311,25 @@ impl<'a> ChipRunner<'a> {
     /// One GDN memory row of machine 0: the `dv` entries that key row `row` of value head
     /// `head` holds in chip layer `layer`.
     pub fn memory_row(&self, layer: usize, head: usize, row: usize) -> anyhow::Result<Vec<f32>> {
+        self.memory_rows(layer, head, row..row + 1)
+    }
+
+    /// Key rows `rows` of value head `head` of chip layer `layer`, machine 0's, one
+    /// after another (`dv` entries each).
+    pub fn memory_rows(&self, layer: usize, head: usize, rows: Range<usize>) -> anyhow::Result<Vec<f32>> {
         let c = &self.model.config;
         let (dk, dv) = (c.linear_key_head_dim, c.linear_value_head_dim);
+        anyhow::ensure!(rows.end <= dk, "rows {rows:?} past the {dk} of a GDN head");
         match &self.engine {
             Engine::Sparse { states, .. } => {
-                let at = (head * dk + row) * dv;
-                Ok(states[0][layer].recurrent[at..at + dv].to_vec())
+                let at = head * dk * dv;
+                Ok(states[0][layer].recurrent[at + rows.start * dv..at + rows.end * dv].to_vec())
             }
             Engine::Dense { states, .. } => match &states[layer] {
-                DenseState::Gdn { recurrent, .. } => Ok(recurrent.get(0)?.get(head)?.get(row)?.to_vec1::<f32>()?),
+                DenseState::Gdn { recurrent, .. } => {
+                    let rows = recurrent.get(0)?.get(head)?.narrow(0, rows.start, rows.len())?;
+                    Ok(rows.flatten_all()?.to_vec1::<f32>()?)
+                }
                 DenseState::Attention { .. } => anyhow::bail!("layer {layer} is not a GDN layer"),
             },
         }
@@ -418,8 +437,8 @@ impl PassEngine for ChipRunner<'_> {
         Ok(out)
     }
 
-    fn memory_row(&self, layer: usize, head: usize, row: usize) -> anyhow::Result<Vec<f32>> {
-        ChipRunner::memory_row(self, layer, head, row)
+    fn memory_rows(&self, layer: usize, head: usize, rows: Range<usize>) -> anyhow::Result<Vec<f32>> {
+        ChipRunner::memory_rows(self, layer, head, rows)
     }
 
     fn load_state(&mut self, rows: &[MemoryRow]) -> anyhow::Result<()> {

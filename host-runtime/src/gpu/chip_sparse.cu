@@ -265,6 +265,9 @@ __device__ __forceinline__ void over_rows(float *st, unsigned dv, const float (&
 }
 
 #ifdef PROFILE
+// Cycles of every value head (its warp's lane 0, start to end), by layer and head: the
+// longest head of a layer is the chain its other warps wait for.
+__device__ unsigned long long head_cycles[MAX_LAYERS * 32];
 // Cycles of each stage of the heads warp 0 runs (one per layer), by layer.
 #define HSTAGES 5
 #define HMARK(i)                                                                                                       \
@@ -361,17 +364,23 @@ __device__ HELPER void value_head(unsigned entry, float4 p, const Layer &L, cons
     HMARK(2);
     if (sq == 0.0f) return; // the head reads nothing: its output and out_proj share are 0
     // What the gated norm and out_proj need, loaded before the read so the loads overlap.
-    float zz[KJ], gain[KJ];
+    float sz[KJ], gain[KJ];
     unsigned from[KJ], to[KJ];
+    bool open = false;
 #pragma unroll
     for (unsigned j = 0; j < KJ; j++) {
         unsigned e = lane + 32 * j, c = head * d.dv + e;
         bool in = e < d.dv;
-        zz[j] = in ? xs[L.z_at + c] + __ldg(W + L.z_bias + c) : 0.0f;
+        sz[j] = in ? silu_f(xs[L.z_at + c] + __ldg(W + L.z_bias + c)) : 0.0f;
         gain[j] = in ? __ldg(W + L.norm + e) : 0.0f;
         from[j] = in ? __ldg(I + L.out.start + c) : 0;
         to[j] = in ? __ldg(I + L.out.start + c + 1) : 0;
+        open |= sz[j] != 0.0f && gain[j] != 0.0f && from[j] != to[j];
     }
+    // The z gate shuts every column (silu(z) or the gain exactly 0, or no out_proj entry):
+    // every output is a zero the out_proj would skip, so the read is not needed. A gated
+    // read (the ROM staging's 32 rows outside `bc`) costs nothing on most passes.
+    if (!__any_sync(FULL, open)) return;
     // The read over the query's nonzero rows, in ascending row order.
     float acc[KJ] = {};
     over_rows<false>(st, d.dv, q, acc);
@@ -384,7 +393,7 @@ __device__ HELPER void value_head(unsigned entry, float4 p, const Layer &L, cons
 #pragma unroll
     for (unsigned j = 0; j < KJ; j++) {
         if (lane + 32 * j >= d.dv || acc[j] == 0.0f) continue; // o would be zero
-        float o = (gain[j] * (acc[j] * inv)) * silu_f(zz[j]);
+        float o = (gain[j] * (acc[j] * inv)) * sz[j];
         if (o == 0.0f) continue;
         for (unsigned k = from[j]; k < to[j]; k++) {
             uint2 e = __ldg(E + k);
@@ -431,6 +440,9 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
     for (unsigned i = threadIdx.x; i < d.width + d.delayed + d.scratch + d.act; i += THREADS) hidden[i] = 0.0f;
     for (unsigned i = threadIdx.x; i < (d.width + 31) / 32; i += THREADS) dirty[i] = 0;
     if (threadIdx.x == 0) error_sh = nz_count = chunk_n[0] = chunk_n[1] = 0;
+#ifdef PROFILE
+    for (unsigned i = threadIdx.x; i < MAX_LAYERS * 32; i += THREADS) head_cycles[i] = 0;
+#endif
     __syncthreads();
     for (unsigned a = threadIdx.x; a < d.anchors; a += THREADS)
         hidden[d.chip_base + I[d.anchor_dim + a]] = W[d.anchor_value + a];
@@ -522,11 +534,17 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
             #pragma unroll 1
             for (unsigned h = threadIdx.x / 32; h < L.n_heads; h += WARPS) {
                 unsigned entry = heads_sh[li * 32 + h];
+#ifdef PROFILE
+                long long h0 = clock64();
+#endif
                 value_head(entry, params_sh[li * 32 + (entry & 0xffff)], L, d, I, E, W, S, y, xs, hidden, z
 #ifdef PROFILE
                            , hprof + li * HSTAGES
 #endif
                 );
+#ifdef PROFILE
+                if (threadIdx.x % 32 == 0) head_cycles[li * 32 + (entry & 0xffff)] += clock64() - h0;
+#endif
             }
             __syncthreads();
             MARK(3);
@@ -629,6 +647,20 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
                    li, (double)p[1] / done, (double)p[2] / done, (double)p[3] / done, (double)p[6] / done,
                    (double)p[4] / done, (double)p[5] / done, (double)h[0] / done, (double)h[1] / done, (double)h[2] / done,
                    (double)h[3] / done, (double)h[4] / done);
+            // The layer's heads by cycles a pass, the longest first (at most six).
+            const unsigned long long *c = head_cycles + li * 32;
+            printf("            heads by cycles:");
+            for (unsigned shown = 0, last = ~0u; shown < 6; shown++) {
+                unsigned best = ~0u;
+                for (unsigned h = 0; h < 32; h++)
+                    if ((last == ~0u || c[h] < c[last] || (c[h] == c[last] && h > last)) &&
+                        (best == ~0u || c[h] > c[best]))
+                        best = h;
+                if (best == ~0u || c[best] == 0) break;
+                printf(" %u:%.0f", best, (double)c[best] / done);
+                last = best;
+            }
+            printf("\n");
         }
     }
 #endif

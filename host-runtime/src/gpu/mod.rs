@@ -9,6 +9,7 @@
 //! checked against. This module holds what they share: the token tables, the launch
 //! loop, the engine interface.
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use anyhow::{bail, Context};
@@ -692,9 +693,12 @@ impl PassEngine for GpuChip {
         self.decode(&out)
     }
 
-    fn memory_row(&self, layer: usize, head: usize, row: usize) -> anyhow::Result<Vec<f32>> {
-        let at = self.recurrent[layer] as usize + (head * self.dk + row) * self.dv;
-        Ok(self.stream.clone_dtoh(&self.s.slice(at..at + self.dv))?)
+    fn memory_rows(&self, layer: usize, head: usize, rows: Range<usize>) -> anyhow::Result<Vec<f32>> {
+        anyhow::ensure!(rows.end <= self.dk, "rows {rows:?} past the {} of a GDN head", self.dk);
+        let at = self.recurrent[layer] as usize + head * self.dk * self.dv;
+        Ok(self
+            .stream
+            .clone_dtoh(&self.s.slice(at + rows.start * self.dv..at + rows.end * self.dv))?)
     }
 
     fn load_state(&mut self, rows: &[MemoryRow]) -> anyhow::Result<()> {

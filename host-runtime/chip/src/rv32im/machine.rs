@@ -3,6 +3,8 @@
 //! and (optionally) check every retired instruction against the golden reference by
 //! reading the registers and RAM out of the GDN state.
 
+use std::ops::Range;
+
 use inband_firmware::memory_map::{RAM_BASE, RAM_SIZE, ROM_BASE, ROM_END};
 use inband_firmware::ProgramImage;
 use inband_golden::decode::{decode, Instruction};
@@ -136,6 +138,9 @@ pub fn boot_tokens_with(
     Ok(out)
 }
 
+/// RAM lines per bank head (its key rows; a line's rhi and rlo digits).
+const HEAD_LINES: usize = 128;
+
 /// A RAM line number (0 = RAM_BASE) split into the chip's (bank, head, rhi, rlo) digits.
 pub fn line_digits(line: usize) -> [usize; 4] {
     [line >> 11, (line >> 7) & 15, (line >> 4) & 7, line & 15]
@@ -166,7 +171,7 @@ impl PassEngine for Unfed {
     fn passes(&mut self, _: &[ChipToken], _: usize, _: &[usize]) -> anyhow::Result<Vec<ChipToken>> {
         anyhow::bail!("a batch machine ran past the passes its driver fed it")
     }
-    fn memory_row(&self, _: usize, _: usize, _: usize) -> anyhow::Result<Vec<f32>> {
+    fn memory_rows(&self, _: usize, _: usize, _: Range<usize>) -> anyhow::Result<Vec<f32>> {
         anyhow::bail!("a batch machine's state lives in its batch engine")
     }
     fn load_state(&mut self, _: &[crate::MemoryRow]) -> anyhow::Result<()> {
@@ -688,8 +693,7 @@ impl<'a> ChipMachine<'a> {
             return Ok(());
         };
         let ram = g.ram();
-        for line in lines {
-            let have = self.ram_line(line)?;
+        for (line, have) in lines.clone().zip(self.ram_lines(lines)?) {
             for (k, have) in have.into_iter().enumerate() {
                 let i = line * LINE_WORDS + k;
                 let want = u32::from_le_bytes(ram[4 * i..4 * i + 4].try_into().expect("4 bytes"));
@@ -707,43 +711,47 @@ impl<'a> ChipMachine<'a> {
         Ok(())
     }
 
-    /// Row `row` of one-hot memory `memory` (an index into the manifest's memories),
-    /// over all value heads of its key head: which entries are set (above half of
-    /// `bit_on`, far from both ±bit_on).
-    fn memory_row(&self, memory: usize, row: usize) -> Result<Vec<bool>, ChipError> {
+    /// Rows `rows` of one-hot memory `memory` (an index into the manifest's memories),
+    /// each over all value heads of its key head: which entries are set (above half of
+    /// `bit_on`, far from both ±bit_on). One read per value head.
+    fn memory_rows(&self, memory: usize, rows: Range<usize>) -> Result<Vec<Vec<bool>>, ChipError> {
         let place = &self.model.manifest.memories[memory];
         let group = self.model.config.value_heads_per_key_head();
+        let dv = self.model.config.linear_value_head_dim;
         let threshold = self.map.bit_on / 2.0;
-        let mut entries = Vec::new();
+        let mut entries = vec![Vec::new(); rows.len()];
         for sub in 0..group {
-            let r = self
+            let read = self
                 .runner
-                .memory_row(place.layer, place.first_key_head * group + sub, row)?;
-            entries.extend(r.iter().map(|v| *v > threshold));
+                .memory_rows(place.layer, place.first_key_head * group + sub, rows.clone())?;
+            for (row, values) in entries.iter_mut().zip(read.chunks(dv)) {
+                row.extend(values.iter().map(|v| *v > threshold));
+            }
         }
         Ok(entries)
     }
 
-    /// The user registers x0..x31, read from the register file's state.
+    /// The user registers x0..x31, read from the register file's state (each of its
+    /// four memories in one read).
     pub fn registers(&self) -> Result<[u32; 32], ChipError> {
         let m = self.map;
+        let [lows, classes, up34s, up567s] =
+            [m.regs_low, m.regs_cls, m.regs_up34, m.regs_up567].map(|memory| self.memory_rows(memory, 0..32));
+        let (lows, classes, up34s, up567s) = (lows?, classes?, up34s?, up567s?);
         let mut regs = [0u32; 32];
         for (r, reg) in regs.iter_mut().enumerate() {
-            let lo = self.memory_row(m.regs_low, r)?;
-            let class = self.memory_row(m.regs_cls, r)?;
-            let u34 = self.memory_row(m.regs_up34, r)?;
-            let u567 = self.memory_row(m.regs_up567, r)?;
+            let (lo, class, u34, u567) = (&lows[r], &classes[r], &up34s[r], &up567s[r]);
             let nib = |e: &[bool], off: usize| (1..16).find(|v| e[off + v]).unwrap_or(0) as u32;
             let (sneg, lones, link) = (class[cls::SNEG], class[cls::LONES], class[cls::LINK]);
             let fill = |ones: bool| if ones { 15 } else { 0 };
             let mut v = [0u32; 8];
             for (j, n) in v.iter_mut().take(3).enumerate() {
-                *n = nib(&lo, low::NIBBLES + 16 * j);
+                *n = nib(lo, low::NIBBLES + 16 * j);
             }
-            v[3] = nib(&u34, 0) + nib(&class, cls::LINK_N3) + fill(sneg);
-            v[4] = nib(&u34, 16) + u32::from(link) + fill(sneg);
+            v[3] = nib(u34, 0) + nib(class, cls::LINK_N3) + fill(sneg);
+            v[4] = nib(u34, 16) + u32::from(link) + fill(sneg);
             for (j, n) in v.iter_mut().skip(5).enumerate() {
-                *n = nib(&u567, 16 * j) + fill(sneg || lones);
+                *n = nib(u567, 16 * j) + fill(sneg || lones);
             }
             *reg = v.iter().enumerate().fold(0, |w, (j, n)| w | (n & 15) << (4 * j));
         }
@@ -754,12 +762,34 @@ impl<'a> ChipMachine<'a> {
     /// word k's nibble j is the level at entry 8k + j, stored as LEVEL_UNIT per level (an
     /// entry more than a tenth of a level off is reported, not rounded).
     pub fn ram_line(&self, line: usize) -> Result<[u32; LINE_WORDS], ChipError> {
-        let [bank, head, rhi, rlo] = line_digits(line);
-        let place = &self.model.manifest.memories[self.map.ram_banks[bank]];
+        Ok(self.ram_lines(line..line + 1)?[0])
+    }
+
+    /// RAM lines `lines`, as [`Self::ram_line`] reads one: the lines of one bank head are
+    /// consecutive rows, read at once.
+    pub fn ram_lines(&self, lines: Range<usize>) -> Result<Vec<[u32; LINE_WORDS]>, ChipError> {
         let group = self.model.config.value_heads_per_key_head();
-        let row = self
-            .runner
-            .memory_row(place.layer, (place.first_key_head + head) * group, rhi << 4 | rlo)?;
+        let dv = self.model.config.linear_value_head_dim;
+        let mut words = Vec::with_capacity(lines.len());
+        let mut line = lines.start;
+        while line < lines.end {
+            let [bank, head, rhi, rlo] = line_digits(line);
+            let first_row = rhi << 4 | rlo;
+            let rows = first_row..(first_row + lines.end - line).min(HEAD_LINES);
+            let place = &self.model.manifest.memories[self.map.ram_banks[bank]];
+            let read = self
+                .runner
+                .memory_rows(place.layer, (place.first_key_head + head) * group, rows.clone())?;
+            for row in read.chunks(dv) {
+                words.push(self.line_words(line, row)?);
+                line += 1;
+            }
+        }
+        Ok(words)
+    }
+
+    /// The words of RAM line `line` from its bank row's levels.
+    fn line_words(&self, line: usize, row: &[f32]) -> Result<[u32; LINE_WORDS], ChipError> {
         let unit = self.map.level_unit;
         let mut words = [0u32; LINE_WORDS];
         for (k, w) in words.iter_mut().enumerate() {
