@@ -17,6 +17,8 @@
 //! A third port reads rd's nibbles 3..7 before the pass's instruction writes them, so
 //! that retire can send a value whose bits 12..31 stay as a single `u`.
 
+use std::collections::HashMap;
+
 use inband_circuits::{Address, Circuit, Delayed, Expr, Range, ReadOutput, Write};
 
 use super::decode::RegDigits;
@@ -83,6 +85,11 @@ enum Part {
     Up567,
 }
 
+/// Entries of the `up34` and `up567` rows every write of a long value sets to 1 (pads);
+/// their nibbles are one-hot from entry 0.
+const UP34_PADS: std::ops::Range<usize> = 32..38;
+const UP567_PADS: std::ops::Range<usize> = 48..53;
+
 /// Builds the file and reads `rs1`, `rs2` and rd's upper nibbles.
 pub fn build(c: &mut Circuit, t: &Tok, f: &Front, rd: &RegDigits, rs1: &RegDigits, rs2: &RegDigits) -> RegFile {
     let (s, l, lk, u, m, h) = (
@@ -104,7 +111,7 @@ pub fn build(c: &mut Circuit, t: &Tok, f: &Front, rd: &RegDigits, rs1: &RegDigit
             low_entries.push((low::NIBBLES + 16 * j + v, now(t.field(field::N[j])[v].clone() + link)));
         }
     }
-    for p in 48..53 {
+    for p in low::PADS {
         low_entries.push((p, now(Expr::constant(1.0))));
     }
     let mut cls_entries = vec![
@@ -118,8 +125,8 @@ pub fn build(c: &mut Circuit, t: &Tok, f: &Front, rd: &RegDigits, rs1: &RegDigit
     for v in 0..16 {
         cls_entries.push((cls::LINK_N3 + v, now(f.link[3][v].clone())));
     }
-    cls_entries.push((22, now(s.clone() + l.clone())));
-    for p in 23..29 {
+    cls_entries.push((cls::NOT_LINK, now(s.clone() + l.clone())));
+    for p in cls::PADS {
         cls_entries.push((p, now(Expr::constant(1.0))));
     }
     let mut up34_entries = Vec::new();
@@ -128,7 +135,7 @@ pub fn build(c: &mut Circuit, t: &Tok, f: &Front, rd: &RegDigits, rs1: &RegDigit
             up34_entries.push((off + v, Delayed::ago(t.field(fl)[v].clone(), 1)));
         }
     }
-    for p in 32..38 {
+    for p in UP34_PADS {
         up34_entries.push((p, Delayed::ago(m.clone(), 1)));
     }
     let mut up567_entries = Vec::new();
@@ -137,7 +144,7 @@ pub fn build(c: &mut Circuit, t: &Tok, f: &Front, rd: &RegDigits, rs1: &RegDigit
             up567_entries.push((16 * j + v, Delayed::ago(t.field(fl)[v].clone(), 2)));
         }
     }
-    for p in 48..53 {
+    for p in UP567_PADS {
         up567_entries.push((p, Delayed::ago(h.clone(), 2)));
     }
     let whole = s.clone() + l + lk;
@@ -151,14 +158,14 @@ pub fn build(c: &mut Circuit, t: &Tok, f: &Front, rd: &RegDigits, rs1: &RegDigit
 
     // A port reads its memories; its outputs are the value's bits (each a sum of one-hot
     // entries, so consumers see one signal per bit) and, where store data needs them, the
-    // one-hot nibbles. The rd port reads only the memories of nibbles 3..7.
-    let mut port = |name: &str, digits: &RegDigits, with_onehot: bool, parts: &[Part]| -> (RegValue, Vec<usize>) {
+    // one-hot nibbles. The rd port reads only the memories of nibbles 3..7: a part a port
+    // does not read has no memory there and its outputs read as zero.
+    let mut port = |name: &str, digits: &RegDigits, with_onehot: bool, parts: &[Part]| -> (RegValue, PortParts) {
         let bit_entries = |base: usize, i: usize| -> Vec<(usize, f64)> {
             (1..16).filter(|v| v >> i & 1 == 1).map(|v| (base + v, 1.0)).collect()
         };
-        let mut memories = Vec::new();
-        let mut reads: Vec<std::collections::HashMap<String, Expr>> = Vec::new();
-        for part in [Part::Low, Part::Cls, Part::Up34, Part::Up567] {
+        let mut memories = PortParts::default();
+        for &part in parts {
             let (label, entries, description, nibbles) = match part {
                 Part::Low => (
                     "low",
@@ -185,11 +192,6 @@ pub fn build(c: &mut Circuit, t: &Tok, f: &Front, rd: &RegDigits, rs1: &RegDigit
                     3,
                 ),
             };
-            if !parts.contains(&part) {
-                memories.push(usize::MAX);
-                reads.push(Default::default());
-                continue;
-            }
             let mem = c.memory(format!("regs.{name}.{label}"), 1, 8, description);
             c.write(Write {
                 memory: mem,
@@ -223,25 +225,23 @@ pub fn build(c: &mut Circuit, t: &Tok, f: &Front, rd: &RegDigits, rs1: &RegDigit
             }
             let names: Vec<String> = outs.iter().map(|(n, _, _)| n.clone()).collect();
             let signals = c.read(&format!("{name}.{label}"), mem, factored(digits, 0), None, outs);
-            memories.push(mem);
-            reads.push(
-                names
-                    .into_iter()
-                    .zip(signals.iter().map(|s| Expr::signal(*s)))
-                    .collect(),
-            );
+            let read = names
+                .into_iter()
+                .zip(signals.iter().map(|s| Expr::signal(*s)))
+                .collect();
+            memories.0[part as usize] = Some((mem, read));
         }
-        let get = |m: usize, n: &str| reads[m].get(n).cloned().unwrap_or_else(Expr::zero);
-        let class = |e: usize| get(1, &format!("e{e}"));
+        let get = |part: Part, n: &str| memories.output(part, n);
+        let class = |e: usize| get(Part::Cls, &format!("e{e}"));
         let (sneg, lones, link) = (class(cls::SNEG), class(cls::LONES), class(cls::LINK));
-        // Each nibble: (memory, index within it, fill when the class implies 15).
+        // Each nibble: (part, index within it, fill when the class implies 15).
         let mut bits = Vec::new();
         let mut onehot = Vec::new();
         for j in 0..8 {
             let (m, jj) = match j {
-                0..=2 => (0, j),
-                3 | 4 => (2, j - 3),
-                _ => (3, j - 5),
+                0..=2 => (Part::Low, j),
+                3 | 4 => (Part::Up34, j - 3),
+                _ => (Part::Up567, j - 5),
             };
             let ones = match j {
                 0..=2 => Expr::zero(),
@@ -251,7 +251,7 @@ pub fn build(c: &mut Circuit, t: &Tok, f: &Front, rd: &RegDigits, rs1: &RegDigit
             for i in 0..4 {
                 let mut b = get(m, &format!("n{jj}.b{i}")) + ones.clone();
                 if j == 3 {
-                    b = b + get(1, &format!("link3.b{i}"));
+                    b = b + get(Part::Cls, &format!("link3.b{i}"));
                 }
                 if j == 4 && i == 0 {
                     b = b + link.clone();
@@ -265,7 +265,7 @@ pub fn build(c: &mut Circuit, t: &Tok, f: &Front, rd: &RegDigits, rs1: &RegDigit
                         x = x + ones.clone();
                     }
                     if j == 3 {
-                        x = x + get(1, &format!("link3.{v}"));
+                        x = x + get(Part::Cls, &format!("link3.{v}"));
                     }
                     if j == 4 && v == 1 {
                         x = x + link.clone();
@@ -286,10 +286,30 @@ pub fn build(c: &mut Circuit, t: &Tok, f: &Front, rd: &RegDigits, rs1: &RegDigit
         rs2,
         rd_upper: rd_value.nibbles[3..].to_vec(),
         memories: PortMemories {
-            low: mems[0],
-            cls: mems[1],
-            up34: mems[2],
-            up567: mems[3],
+            low: mems.memory(Part::Low),
+            cls: mems.memory(Part::Cls),
+            up34: mems.memory(Part::Up34),
+            up567: mems.memory(Part::Up567),
         },
+    }
+}
+
+/// A port's memories by part (indexed by `Part as usize`) and what it reads from each:
+/// output name to signal.
+#[derive(Default)]
+struct PortParts([Option<(usize, HashMap<String, Expr>)>; 4]);
+
+impl PortParts {
+    /// Output `name` of `part`; zero where the port does not read that part.
+    fn output(&self, part: Part, name: &str) -> Expr {
+        self.0[part as usize]
+            .as_ref()
+            .and_then(|(_, read)| read.get(name).cloned())
+            .unwrap_or_else(Expr::zero)
+    }
+
+    /// The memory of `part` (a part every port that reports memories reads).
+    fn memory(&self, part: Part) -> usize {
+        self.0[part as usize].as_ref().expect("the rs1 port reads every part").0
     }
 }

@@ -19,6 +19,8 @@ pub const MILLICODE_FIRST_ROW: usize = 15 * 128;
 pub mod low {
     /// Nibble j (0..2) value v at entry 16j + v.
     pub const NIBBLES: usize = 0;
+    /// Entries every write sets to 1 (pads).
+    pub const PADS: std::ops::Range<usize> = 48..53;
 }
 
 /// Entries of a register's `cls` memory row: how nibbles 3..7 read (the sign fill of a
@@ -32,6 +34,10 @@ pub mod cls {
     pub const LINK: usize = 5;
     /// Link nibble 3 value v at entry 6 + v.
     pub const LINK_N3: usize = 6;
+    /// Set by every write but a link's (`s` and `l` tokens).
+    pub const NOT_LINK: usize = 22;
+    /// Entries every write sets to 1 (pads).
+    pub const PADS: std::ops::Range<usize> = 23..29;
 }
 
 /// Where the RV32IM chip keeps what a host reads back, and how it is coded: memory
