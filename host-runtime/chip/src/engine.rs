@@ -308,12 +308,6 @@ impl<'a> ChipRunner<'a> {
         Ok(next)
     }
 
-    /// One GDN memory row of machine 0: the `dv` entries that key row `row` of value head
-    /// `head` holds in chip layer `layer`.
-    pub fn memory_row(&self, layer: usize, head: usize, row: usize) -> anyhow::Result<Vec<f32>> {
-        self.memory_rows(layer, head, row..row + 1)
-    }
-
     /// Key rows `rows` of value head `head` of chip layer `layer`, machine 0's, one
     /// after another (`dv` entries each).
     pub fn memory_rows(&self, layer: usize, head: usize, rows: Range<usize>) -> anyhow::Result<Vec<f32>> {

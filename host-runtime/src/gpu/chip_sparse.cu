@@ -19,11 +19,10 @@
 // Sums are added in another order than the CPU's. Most of the chip's terms are integers
 // inside fp32's exact range, but not all: silu's tails leave small non-integer terms (the
 // residual's last bits can differ from the CPU's; the token choice has margins), and a
-// paired step neuron's halves are large (2c - 0.5 and -(2c - 1.5)), and a running sum
-// of them stays exact only while the halves are added near each other, as here:
-// consecutive neurons, adjacent lanes (measured: summed apart, in different blocks of a
-// cluster, the multiplier went wrong). The token streams
-// are checked against the CPU engine's.
+// paired step neuron's halves are large (2c - 0.5 and -(2c - 1.5)): a running sum of them
+// stays exact only while the halves are added near each other, as here (consecutive
+// neurons, adjacent lanes; summed apart, in different blocks of a cluster, the multiplier
+// went wrong). The token streams are checked against the CPU engine's.
 //
 // A value head's work (its q/k normalisation, delta rule, read, gated norm and its
 // out_proj columns) is one warp's, with no block barrier; a SwiGLU neuron that fires adds
