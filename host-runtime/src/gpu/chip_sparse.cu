@@ -47,7 +47,11 @@
 // warp per listed dim (7,700); q's and k's channel tables loaded one after the other
 // (8,300 against 8,700); the state rows a head reads or writes loaded four or eight at a
 // time (register spills: 9,000 against 9,500); each warp's run of chunks loaded four at a
-// time (9,000).
+// time (9,000); a value head split over two warps, each with half the channels and value
+// columns, handing over q, k and the read through shared memory (−1 %: a head's chain is
+// thirteen dependent stages of ~0.5–3 k cycles, set by their latency, not by a lane's
+// share of the work); the channel outputs without branches (every silu computed: −6 %);
+// down and out_proj columns added by the whole warp, one column at a time (−22 %).
 
 // The phases of the -DPROFILE cycle counts, per layer (MARK in chip_common.cuh, indexed
 // by the layer l being run).
@@ -272,8 +276,10 @@ __device__ __forceinline__ void over_rows(float *st, unsigned dv, const float (&
 // Cycles of every value head (its warp's lane 0, start to end), by layer and head: the
 // longest head of a layer is the chain its other warps wait for.
 __device__ unsigned long long head_cycles[MAX_LAYERS * 32];
-// Cycles of each stage of the heads warp 0 runs (one per layer), by layer.
-#define HSTAGES 5
+// Cycles of each stage of the heads warp 0 runs (one per layer), by layer, in the order
+// they run (HEAD_STAGES names them for the printout).
+#define HSTAGES 13
+#define HEAD_STAGES "entry+reached q k sums norms gates v delta-read delta-write z-gate read gated-norm out"
 #define HMARK(i)                                                                                                       \
     if (threadIdx.x == 0) {                                                                                            \
         long long t_ = clock64();                                                                                      \
@@ -311,6 +317,7 @@ __device__ HELPER void value_head(unsigned entry, float4 p, const Layer &L, cons
         if (e < d.dk) reached |= xs[kh * d.dk + e] != 0.0f || xs[d.key_dim + kh * d.dk + e] != 0.0f;
     }
     reached = __any_sync(FULL, reached);
+    HMARK(0);
     // Nothing reaches q or k, and the decay is 1: the head neither writes nor reads.
     if (quiet_unless_reached && !reached && no_decay) return;
     if (!quiet_unless_reached || reached) {
@@ -318,8 +325,10 @@ __device__ HELPER void value_head(unsigned entry, float4 p, const Layer &L, cons
         channel_tables(L, W, kh * d.dk, d.dk, tq);
         channel_tables(L, W, d.key_dim + kh * d.dk, d.dk, tk);
         channels_out(tq, xs, y, kh * d.dk, d.dk, q);
+        HMARK(1);
         channels_out(tk, xs, y, d.key_dim + kh * d.dk, d.dk, k);
     }
+    HMARK(2);
     float b_raw = xs[L.b_at + head] + p.z;
     float a_raw = xs[L.a_at + head] + p.w;
     float sq = 0.0f, sk = 0.0f;
@@ -330,7 +339,7 @@ __device__ HELPER void value_head(unsigned entry, float4 p, const Layer &L, cons
     }
     sq = warp_sum(sq);
     sk = warp_sum(sk);
-    HMARK(0);
+    HMARK(3);
     if (sq != 0.0f) {
         float inv = 1.0f / sqrtf(sq + 1e-6f), qs = sqrtf((float)d.dk);
 #pragma unroll
@@ -343,6 +352,7 @@ __device__ HELPER void value_head(unsigned entry, float4 p, const Layer &L, cons
         for (unsigned j = 0; j < KJ; j++) k[j] = k[j] * inv;
     }
 
+    HMARK(4);
     float beta = sigmoid_f(b_raw);
     float *st = S + L.rec + head * d.dk * d.dv;
     if (!no_decay) {
@@ -353,19 +363,21 @@ __device__ HELPER void value_head(unsigned entry, float4 p, const Layer &L, cons
             __syncwarp();
         }
     }
-    HMARK(1);
+    HMARK(5);
     // The delta rule over the key's nonzero rows, in ascending row order.
     if (beta != 0.0f && sk != 0.0f) {
         float v[KJ], mem[KJ] = {};
         float4 tv[KJ];
         channel_tables(L, W, 2 * d.key_dim + head * d.dv, d.dv, tv);
         channels_out(tv, xs, y, 2 * d.key_dim + head * d.dv, d.dv, v);
+        HMARK(6);
         over_rows<false>(st, d.dv, k, mem);
+        HMARK(7);
 #pragma unroll
         for (unsigned jj = 0; jj < KJ; jj++) mem[jj] = (v[jj] - mem[jj]) * beta;
         over_rows<true>(st, d.dv, k, mem);
     }
-    HMARK(2);
+    HMARK(8);
     if (sq == 0.0f) return; // the head reads nothing: its output and out_proj share are 0
     // What the gated norm and out_proj need, loaded before the read so the loads overlap.
     float sz[KJ], gain[KJ];
@@ -385,15 +397,17 @@ __device__ HELPER void value_head(unsigned entry, float4 p, const Layer &L, cons
     // every output is a zero the out_proj would skip, so the read is not needed. A gated
     // read (the ROM staging's 32 rows outside `bc`) costs nothing on most passes.
     if (!__any_sync(FULL, open)) return;
+    HMARK(9);
     // The read over the query's nonzero rows, in ascending row order.
     float acc[KJ] = {};
     over_rows<false>(st, d.dv, q, acc);
-    HMARK(3);
+    HMARK(10);
     float s = 0.0f;
 #pragma unroll
     for (unsigned j = 0; j < KJ; j++) s += acc[j] * acc[j];
     s = warp_sum(s);
     float inv = 1.0f / sqrtf(s / (float)d.dv + d.eps);
+    HMARK(11);
 #pragma unroll
     for (unsigned j = 0; j < KJ; j++) {
         if (lane + 32 * j >= d.dv || acc[j] == 0.0f) continue; // o would be zero
@@ -405,7 +419,7 @@ __device__ HELPER void value_head(unsigned entry, float4 p, const Layer &L, cons
             mark(z, e.x);
         }
     }
-    HMARK(4);
+    HMARK(12);
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
@@ -646,11 +660,12 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
                (double)listed[0] / done / d.layers, (double)listed[1] / done / d.layers);
         for (unsigned li = 0; li < d.layers; li++) {
             const long long *p = prof + li * PHASES, *h = hprof + li * HSTAGES;
-            printf("  layer %2u: xin %6.0f conv %5.0f heads %6.0f gate_up %6.0f (zero %5.0f) mlp %6.0f | warp 0's head: "
-                   "qk %5.0f norms %5.0f write %5.0f read %5.0f out %5.0f\n",
-                   li, (double)p[1] / done, (double)p[2] / done, (double)p[3] / done, (double)p[6] / done,
-                   (double)p[4] / done, (double)p[5] / done, (double)h[0] / done, (double)h[1] / done, (double)h[2] / done,
-                   (double)h[3] / done, (double)h[4] / done);
+            printf("  layer %2u: xin %6.0f conv %5.0f heads %6.0f gate_up %6.0f (zero %5.0f) mlp %6.0f\n", li,
+                   (double)p[1] / done, (double)p[2] / done, (double)p[3] / done, (double)p[6] / done,
+                   (double)p[4] / done, (double)p[5] / done);
+            printf("            warp 0's head by stage (" HEAD_STAGES "):");
+            for (int k = 0; k < HSTAGES; k++) printf(" %.0f", (double)h[k] / done);
+            printf("\n");
             // The layer's heads by cycles a pass, the longest first (at most six).
             const unsigned long long *c = head_cycles + li * 32;
             printf("            heads by cycles:");
