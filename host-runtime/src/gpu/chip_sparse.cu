@@ -14,8 +14,9 @@
 //     table in shared memory and spread over the warps;
 //   - rows are read where they are used, as bias + scattered sum: a conv channel no signal
 //     reached outputs its precomputed constant (only channels with delayed taps keep a
-//     conv state); a head whose q and k nothing reached, with decay 1, does nothing; a
-//     neuron no signal can reach is constant, its share of down precomputed.
+//     conv state), and so does a value column's z gate (silu of z's anchors' share); a
+//     head whose q and k nothing reached, with decay 1, does nothing; a neuron no signal
+//     can reach is constant, its share of down precomputed.
 // Sums are added in another order than the CPU's. Most of the chip's terms are integers
 // inside fp32's exact range, but not all: silu's tails leave small non-integer terms (the
 // residual's last bits can differ from the CPU's; the token choice has margins), and a
@@ -29,9 +30,9 @@
 // its down column into the residual from the thread that computed it. A layer's block
 // barriers: each scatter's chunks listed and added (input projections, gate/up), the
 // delayed conv done (where a layer has one), the heads done, the MLP done. Every table a
-// step needs is one load (a channel's four fields, a neuron's record and its down column's
-// ends, a delayed channel's record), the heads' table entries and parameters sit in
-// shared memory.
+// step needs is one load (a channel's four fields, a value column's z gate and norm gain,
+// a neuron's record and its down column's ends, a delayed channel's record), the heads'
+// table entries and parameters sit in shared memory.
 //
 // What bounds it (H200, measured with a pointer chase and ncu): a dependent load costs
 // ~290 cycles from L2 and ~375 through L1 when it misses, a 1024-thread barrier 76; the
@@ -76,11 +77,10 @@ struct Layer {
     unsigned n_delayed, delayed, taps, conv_state; // channels whose conv reads earlier passes:
                           // I: {channel, its anchors' share} each; W: their four taps each
     unsigned z_at, b_at, a_at;
-    unsigned z_bias;      // W: the anchors' share of each z row
+    unsigned zgate;       // W: per value column {silu(z's anchors' share), that share, norm gain, 0}
     unsigned head;        // W: per value head {A_log, dt_bias, b's anchor share, a's}
     unsigned n_heads, heads; // I: the heads whose q and k can be nonzero; bit 16: q and k
                              // are zero unless a signal reaches them; bit 17: decay is 1
-    unsigned norm;
     Csc out;              // out_proj: columns are head outputs, rows residual dims
     Csc gate_up;          // gate rows 0..n_neur, up rows n_neur..2 n_neur
     unsigned n_neur, n_signal; // the neurons a signal can reach (the rest are constant):
@@ -273,9 +273,9 @@ __device__ __forceinline__ void over_rows(float *st, unsigned dv, const float (&
 }
 
 #ifdef PROFILE
-// Cycles of every value head (its warp's lane 0, start to end), by layer and head: the
-// longest head of a layer is the chain its other warps wait for.
-__device__ unsigned long long head_cycles[MAX_LAYERS * 32];
+// The counters live in shared memory (chip_passes): in local memory each mark's
+// read-modify-write could miss L1 (the tables' loads evict it) and cost an L2 round trip,
+// which the first stage marks did, adding ~40 k cycles to a pass of ~210 k.
 // Cycles of each stage of the heads warp 0 runs (one per layer), by layer, in the order
 // they run (HEAD_STAGES names them for the printout).
 #define HSTAGES 13
@@ -387,8 +387,10 @@ __device__ HELPER void value_head(unsigned entry, float4 p, const Layer &L, cons
     for (unsigned j = 0; j < KJ; j++) {
         unsigned e = lane + 32 * j, c = head * d.dv + e;
         bool in = e < d.dv;
-        sz[j] = in ? silu_f(xs[L.z_at + c] + __ldg(W + L.z_bias + c)) : 0.0f;
-        gain[j] = in ? __ldg(W + L.norm + e) : 0.0f;
+        float4 zt = in ? __ldg((const float4 *)(W + L.zgate) + c) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        float zx = in ? xs[L.z_at + c] : 0.0f;
+        sz[j] = zx == 0.0f ? zt.x : silu_f(zx + zt.y); // no signal reached z: silu of its anchors' share
+        gain[j] = zt.z;
         from[j] = in ? __ldg(I + L.out.start + c) : 0;
         to[j] = in ? __ldg(I + L.out.start + c + 1) : 0;
         open |= sz[j] != 0.0f && gain[j] != 0.0f && from[j] != to[j];
@@ -459,7 +461,14 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
     for (unsigned i = threadIdx.x; i < (d.width + 31) / 32; i += THREADS) dirty[i] = 0;
     if (threadIdx.x == 0) error_sh = nz_count = chunk_n[0] = chunk_n[1] = 0;
 #ifdef PROFILE
+    // Thread 0's cycles per (layer, phase), the last row the embedding and token choice;
+    // warp 0's head by stage; every value head's cycles (its warp's lane 0, start to end)
+    // by layer and head: the longest head of a layer is the chain its other warps wait for.
+    __shared__ long long prof[(MAX_LAYERS + 1) * PHASES], hprof[MAX_LAYERS * HSTAGES];
+    __shared__ unsigned long long head_cycles[MAX_LAYERS * 32];
     for (unsigned i = threadIdx.x; i < MAX_LAYERS * 32; i += THREADS) head_cycles[i] = 0;
+    for (unsigned i = threadIdx.x; i < (MAX_LAYERS + 1) * PHASES; i += THREADS) prof[i] = 0;
+    for (unsigned i = threadIdx.x; i < MAX_LAYERS * HSTAGES; i += THREADS) hprof[i] = 0;
 #endif
     __syncthreads();
     for (unsigned a = threadIdx.x; a < d.anchors; a += THREADS)
@@ -475,9 +484,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
     unsigned token = state[2];
     unsigned done = 0;
 #ifdef PROFILE
-    // Thread 0's cycles per (layer, phase); the last row: embedding and token choice.
-    long long prof[(MAX_LAYERS + 1) * PHASES] = {0}, prof_last = clock64();
-    long long hprof[MAX_LAYERS * HSTAGES] = {0};
+    long long prof_last = clock64();
     unsigned long long listed[2] = {0, 0};
     unsigned l = MAX_LAYERS;
 #endif

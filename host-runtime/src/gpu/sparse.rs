@@ -36,11 +36,10 @@ struct LayerOffsets {
     z_at: u32,
     b_at: u32,
     a_at: u32,
-    z_bias: u32,
+    zgate: u32,
     head: u32,
     n_heads: u32,
     heads: u32,
-    norm: u32,
     out: Csc,
     gate_up: Csc,
     n_neur: u32,
@@ -272,7 +271,15 @@ fn mixer_tables(layer: &SparseLayer, xin: &mut Split, o: &mut LayerOffsets, f: &
     o.delayed = f.ints_aligned(&delayed, 2);
     o.taps = f.floats_aligned(&taps, 4);
     o.conv_state = f.state(3 * o.n_delayed as usize);
-    o.z_bias = f.floats(&xin.bias[o.z_at as usize..o.b_at as usize]);
+    // Per value column, one load for the z gate: silu(0 + its anchors' share) (the gate
+    // when no signal reaches z, as the CPU engine computes it), that share, the gated
+    // norm's gain.
+    let z_bias = &xin.bias[o.z_at as usize..o.b_at as usize];
+    let dv = c.linear_value_head_dim;
+    let zgate: Vec<f32> = (0..value_dim)
+        .flat_map(|col| [silu(0.0 + z_bias[col]), z_bias[col], layer.norm[col % dv], 0.0])
+        .collect();
+    o.zgate = f.floats_aligned(&zgate, 4);
     let head: Vec<f32> = (0..hv)
         .flat_map(|h| {
             [
@@ -304,7 +311,6 @@ fn mixer_tables(layer: &SparseLayer, xin: &mut Split, o: &mut LayerOffsets, f: &
     }
     o.n_heads = heads.len() as u32;
     o.heads = f.ints(&heads);
-    o.norm = f.floats(&layer.norm);
     Ok(rows)
 }
 
