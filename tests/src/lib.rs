@@ -161,3 +161,43 @@ pub fn run_golden_bare(elf: &Path, budget: u64) -> (Machine, RunEnd) {
     let end = machine.run(budget);
     (machine, end)
 }
+
+/// One step of [`golden_steps`]: the instruction word at the pc (0 outside ROM), the pc and
+/// registers before it, and the machine after it.
+pub struct GoldenStep<'a> {
+    pub word: u32,
+    pub pc: u32,
+    pub regs_before: &'a [u32; 32],
+    pub after: &'a Machine,
+}
+
+/// Runs the ELF at `path` bare-metal in the golden interpreter until it exits, calling
+/// `each` after every instruction; the instructions run. An error if it traps or runs
+/// `budget` instructions without exiting. (The analysis tools in `src/bin` classify the
+/// steps as the chip would pay for them.)
+pub fn golden_steps(path: &str, budget: u64, mut each: impl FnMut(GoldenStep)) -> anyhow::Result<u64> {
+    use anyhow::Context;
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read {path}"))?;
+    let image = load_elf(&bytes).with_context(|| format!("{path} is not a program"))?;
+    let mut machine = Machine::new(&image, Environment::BareMetal);
+    for n in 1..=budget {
+        let pc = machine.pc;
+        let at = pc.wrapping_sub(inband_firmware::memory_map::ROM_BASE) as usize;
+        let word = image
+            .rom
+            .get(at..at + 4)
+            .map_or(0, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+        let regs_before = machine.regs;
+        let step = machine.step().map_err(|trap| anyhow::anyhow!("{path}: {trap}"))?;
+        each(GoldenStep {
+            word,
+            pc,
+            regs_before: &regs_before,
+            after: &machine,
+        });
+        if let inband_golden::Step::Exited(_) = step {
+            return Ok(n);
+        }
+    }
+    anyhow::bail!("{path}: no exit within {budget} instructions")
+}

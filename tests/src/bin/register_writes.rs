@@ -15,9 +15,8 @@
 //! Links (`jal`, `jalr`) are left out (the chip writes them with `lk`); divisions are
 //! counted as the instruction's own write (the chip computes them in millicode).
 
-use anyhow::{bail, Context};
-use inband_firmware::memory_map::ROM_BASE;
-use inband_golden::{Environment, Machine, Step};
+use anyhow::bail;
+use inband_tests::golden_steps;
 
 /// Instructions a program may run here.
 const BUDGET: u64 = 100_000_000;
@@ -45,35 +44,20 @@ struct Counts {
 }
 
 fn count(path: &str) -> anyhow::Result<Counts> {
-    let bytes = std::fs::read(path).with_context(|| format!("cannot read {path}"))?;
-    let image = inband_firmware::elf::load_elf(&bytes).with_context(|| format!("{path} is not a program"))?;
-    let mut machine = Machine::new(&image, Environment::BareMetal);
     let mut c = Counts::default();
-    while c.instructions < BUDGET {
-        let at = machine.pc.wrapping_sub(ROM_BASE) as usize;
-        let word = image
-            .rom
-            .get(at..at + 4)
-            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
-        let before = machine.regs;
-        let step = machine.step().map_err(|trap| anyhow::anyhow!("{path}: {trap}"))?;
-        c.instructions += 1;
-        let word = word.unwrap_or(0);
-        let rd = ((word >> 7) & 31) as usize;
-        if rd != 0 && !NO_VALUE_WRITE.contains(&(word & 0x7f)) {
-            let v = machine.regs[rd];
+    c.instructions = golden_steps(path, BUDGET, |step| {
+        let rd = ((step.word >> 7) & 31) as usize;
+        if rd != 0 && !NO_VALUE_WRITE.contains(&(step.word & 0x7f)) {
+            let v = step.after.regs[rd];
             let extra = extra_tokens(v);
             c.writes_by_extra[extra as usize] += 1;
             c.extra += extra;
-            if v >> 12 != before[rd] >> 12 {
+            if v >> 12 != step.regs_before[rd] >> 12 {
                 c.extra_if_kept_free += extra;
             }
         }
-        if let Step::Exited(_) = step {
-            return Ok(c);
-        }
-    }
-    bail!("{path}: no exit within {BUDGET} instructions")
+    })?;
+    Ok(c)
 }
 
 fn main() -> anyhow::Result<()> {

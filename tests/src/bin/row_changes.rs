@@ -18,8 +18,8 @@
 
 use std::collections::BTreeMap;
 
-use anyhow::{bail, Context};
-use inband_golden::{Environment, Machine, Step};
+use anyhow::bail;
+use inband_tests::golden_steps;
 
 /// Instructions a program may run here.
 const BUDGET: u64 = 100_000_000;
@@ -44,15 +44,9 @@ struct Counts {
 /// Runs `path`, counting row changes by cause; past a row's end inside the loops of
 /// `within` (head, back edge's pc) counts as such too.
 fn count(path: &str, within: &[(u32, u32)]) -> anyhow::Result<Counts> {
-    let bytes = std::fs::read(path).with_context(|| format!("cannot read {path}"))?;
-    let image = inband_firmware::elf::load_elf(&bytes).with_context(|| format!("{path} is not a program"))?;
-    let mut machine = Machine::new(&image, Environment::BareMetal);
     let mut c = Counts::default();
-    while c.instructions < BUDGET {
-        let pc = machine.pc;
-        let step = machine.step().map_err(|trap| anyhow::anyhow!("{path}: {trap}"))?;
-        c.instructions += 1;
-        let next = machine.pc;
+    c.instructions = golden_steps(path, BUDGET, |step| {
+        let (pc, next) = (step.pc, step.after.pc);
         if next / ROW == pc / ROW && next != pc.wrapping_add(4) {
             c.within_row += 1;
         } else if next / ROW != pc / ROW {
@@ -70,11 +64,8 @@ fn count(path: &str, within: &[(u32, u32)]) -> anyhow::Result<Counts> {
                 c.other += 1;
             }
         }
-        if let Step::Exited(_) = step {
-            return Ok(c);
-        }
-    }
-    bail!("{path}: no exit within {BUDGET} instructions")
+    })?;
+    Ok(c)
 }
 
 fn main() -> anyhow::Result<()> {
