@@ -38,8 +38,9 @@
 // ~290 cycles from L2 and ~375 through L1 when it misses, a 1024-thread barrier 76; the
 // kernel issued ~300 k warp instructions a pass (~170 k since the scatters list their
 // chunks once) and waits mostly at barriers for the warp with the longest chain: a value
-// head's (its q/k norms, reads of 1–32 state rows, gated norm), not for instruction
-// fetches.
+// head's, not for instruction fetches. The profile times warp 0's head by stage: its two
+// longest stages are a round of table loads then silus (q's channels, 0.9–2.8 k cycles;
+// the z gate, ~2.1 k), the other eleven 0.1–1 k each.
 //
 // Measured, not kept: the heads and the scatter as calls instead of inlined (smaller code,
 // but slower: 7,300 and 7,800 passes/s against 8,600); out_proj and down as block-wide
@@ -50,7 +51,7 @@
 // time (register spills: 9,000 against 9,500); each warp's run of chunks loaded four at a
 // time (9,000); a value head split over two warps, each with half the channels and value
 // columns, handing over q, k and the read through shared memory (−1 %: a head's chain is
-// thirteen dependent stages of ~0.5–3 k cycles, set by their latency, not by a lane's
+// thirteen dependent stages of ~0.1–3 k cycles, set by their latency, not by a lane's
 // share of the work); the channel outputs without branches (every silu computed: −6 %);
 // down and out_proj columns added by the whole warp, one column at a time (−22 %).
 
@@ -275,7 +276,7 @@ __device__ __forceinline__ void over_rows(float *st, unsigned dv, const float (&
 #ifdef PROFILE
 // The counters live in shared memory (chip_passes): in local memory each mark's
 // read-modify-write could miss L1 (the tables' loads evict it) and cost an L2 round trip,
-// which the first stage marks did, adding ~40 k cycles to a pass of ~210 k.
+// which the first stage marks did, adding ~20 k cycles more to a pass of ~230 k.
 // Cycles of each stage of the heads warp 0 runs (one per layer), by layer, in the order
 // they run (HEAD_STAGES names them for the printout).
 #define HSTAGES 13
