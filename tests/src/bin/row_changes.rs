@@ -10,9 +10,9 @@
 //! spans less than a row (a loop that would fit in one row, were it aligned); a longer
 //! backward one; anything else (forward branches, calls, returns). A straddling short loop
 //! pays for running past the row's end inside its body on every iteration, which a layout
-//! that puts it inside a row would remove (its jump back would still cost its pass); a
-//! second run counts those, so such a layout can be judged before it is built. The
-//! padding it needs, run once per entry into a loop, is not counted.
+//! that puts it inside a row would remove (its jump back would still cost its pass);
+//! those are counted too, so such a layout can be judged before it is built. The padding
+//! it needs, run once per entry into a loop, is not counted.
 //!
 //! `cargo run --release -p inband-tests --bin row_changes -- PROGRAM.elf...`
 
@@ -37,13 +37,24 @@ struct Counts {
     /// Short loops that straddle a row, (head, back edge's pc), by the times they were
     /// jumped back to.
     straddling: BTreeMap<(u32, u32), u64>,
-    /// Runs past a row's end inside one of `within`'s loops.
-    sequential_in_loops: u64,
+    /// Runs past a row's end, by the pc that ran past.
+    row_ends: BTreeMap<u32, u64>,
 }
 
-/// Runs `path`, counting row changes by cause; past a row's end inside the loops of
-/// `within` (head, back edge's pc) counts as such too.
-fn count(path: &str, within: &[(u32, u32)]) -> anyhow::Result<Counts> {
+impl Counts {
+    /// Runs past a row's end inside the straddling short loops' bodies: what putting each
+    /// of those loops inside one row would save.
+    fn row_ends_in_short_loops(&self) -> u64 {
+        self.row_ends
+            .iter()
+            .filter(|(pc, _)| self.straddling.keys().any(|&(head, back)| (head..back).contains(pc)))
+            .map(|(_, n)| n)
+            .sum()
+    }
+}
+
+/// Runs `path`, counting row changes by cause.
+fn count(path: &str) -> anyhow::Result<Counts> {
     let mut c = Counts::default();
     c.instructions = golden_steps(path, BUDGET, |step| {
         let (pc, next) = (step.pc, step.after.pc);
@@ -52,9 +63,7 @@ fn count(path: &str, within: &[(u32, u32)]) -> anyhow::Result<Counts> {
         } else if next / ROW != pc / ROW {
             if next == pc.wrapping_add(4) {
                 c.sequential += 1;
-                if within.iter().any(|&(head, back)| (head..back).contains(&pc)) {
-                    c.sequential_in_loops += 1;
-                }
+                *c.row_ends.entry(pc).or_default() += 1;
             } else if next < pc && pc - next < ROW {
                 c.short_loop += 1;
                 *c.straddling.entry((next, pc)).or_default() += 1;
@@ -80,9 +89,8 @@ fn main() -> anyhow::Result<()> {
     );
     println!("|---|---|---|---|---|---|---|---|---|---|");
     for path in &paths {
-        let c = count(path, &[])?;
-        let loops: Vec<(u32, u32)> = c.straddling.keys().copied().collect();
-        let saved = count(path, &loops)?.sequential_in_loops;
+        let c = count(path)?;
+        let saved = c.row_ends_in_short_loops();
         let per = |x: u64| format!("{:.3}", x as f64 / c.instructions as f64);
         let all = c.sequential + c.within_row + c.short_loop + c.long_backward + c.other;
         let mut heads: Vec<((u32, u32), u64)> = c.straddling.into_iter().collect();
