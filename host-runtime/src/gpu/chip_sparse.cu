@@ -15,8 +15,10 @@
 //   - rows are read where they are used, as bias + scattered sum: a conv channel no signal
 //     reached outputs its precomputed constant (only channels with delayed taps keep a
 //     conv state), and so does a value column's z gate (silu of z's anchors' share); a
-//     head whose q and k nothing reached, with decay 1, does nothing; a neuron no signal
-//     can reach is constant, its share of down precomputed.
+//     head whose q and k nothing reached, with decay 1, does nothing, nor does one that
+//     neither writes (beta 0) nor reads (a read the chip selects only on some passes, and
+//     no signal reached its z); q is computed only for a read, k only for a write; a
+//     neuron no signal can reach is constant, its share of down precomputed.
 // Sums are added in another order than the CPU's. Most of the chip's terms are integers
 // inside fp32's exact range, but not all: silu's tails leave small non-integer terms (the
 // residual's last bits can differ from the CPU's; the token choice has margins), and a
@@ -303,7 +305,7 @@ __device__ HELPER void value_head(unsigned entry, float4 p, const Layer &L, cons
 ) {
     unsigned lane = threadIdx.x % 32;
     unsigned head = entry & 0xffff;
-    bool quiet_unless_reached = (entry >> 16) & 1, no_decay = (entry >> 17) & 1;
+    bool quiet_unless_reached = (entry >> 16) & 1, no_decay = (entry >> 17) & 1, read_unless_z = (entry >> 18) & 1;
     unsigned kh = head / (d.hv / d.hk);
 #ifdef PROFILE
     long long hlast = clock64();
@@ -318,19 +320,34 @@ __device__ HELPER void value_head(unsigned entry, float4 p, const Layer &L, cons
         if (e < d.dk) reached |= xs[kh * d.dk + e] != 0.0f || xs[d.key_dim + kh * d.dk + e] != 0.0f;
     }
     reached = __any_sync(FULL, reached);
+    // Whether the head writes (beta) and whether its read can add anything (a read the
+    // chip selects: some signal reaches z); q is needed only for a read, k for a write.
+    float b_raw = xs[L.b_at + head] + p.z;
+    float beta = sigmoid_f(b_raw);
+    bool writes = beta != 0.0f, reads = true;
+    if (read_unless_z) {
+        bool z_reached = false;
+#pragma unroll
+        for (unsigned j = 0; j < KJ; j++) {
+            unsigned e = lane + 32 * j;
+            if (e < d.dv) z_reached |= xs[L.z_at + head * d.dv + e] != 0.0f;
+        }
+        reads = __any_sync(FULL, z_reached);
+    }
     HMARK(0);
-    // Nothing reaches q or k, and the decay is 1: the head neither writes nor reads.
-    if (quiet_unless_reached && !reached && no_decay) return;
+    // Nothing reaches q or k, or the head neither writes nor reads, and the decay is 1.
+    if (no_decay && ((quiet_unless_reached && !reached) || (!writes && !reads))) return;
     if (!quiet_unless_reached || reached) {
+        // (Zero channels give zeros without a load: the same code either way.)
+        unsigned nq = reads ? d.dk : 0, nk = writes ? d.dk : 0;
         float4 tq[KJ], tk[KJ];
-        channel_tables(L, W, kh * d.dk, d.dk, tq);
-        channel_tables(L, W, d.key_dim + kh * d.dk, d.dk, tk);
-        channels_out(tq, xs, y, kh * d.dk, d.dk, q);
+        channel_tables(L, W, kh * d.dk, nq, tq);
+        channel_tables(L, W, d.key_dim + kh * d.dk, nk, tk);
+        channels_out(tq, xs, y, kh * d.dk, nq, q);
         HMARK(1);
-        channels_out(tk, xs, y, d.key_dim + kh * d.dk, d.dk, k);
+        channels_out(tk, xs, y, d.key_dim + kh * d.dk, nk, k);
     }
     HMARK(2);
-    float b_raw = xs[L.b_at + head] + p.z;
     float a_raw = xs[L.a_at + head] + p.w;
     float sq = 0.0f, sk = 0.0f;
 #pragma unroll
@@ -354,7 +371,6 @@ __device__ HELPER void value_head(unsigned entry, float4 p, const Layer &L, cons
     }
 
     HMARK(4);
-    float beta = sigmoid_f(b_raw);
     float *st = S + L.rec + head * d.dk * d.dv;
     if (!no_decay) {
         float g = -expf(p.x) * softplus_f(a_raw + p.y);

@@ -57,6 +57,10 @@ struct LayerOffsets {
 const QUIET_UNLESS_REACHED: u32 = 1 << 16;
 /// In a head's table entry: no signal reaches its `a` row and its decay is exactly 1.
 const NO_DECAY: u32 = 1 << 17;
+/// In a head's table entry: its read adds nothing unless a signal reaches its z (every
+/// value column's gate or gain is then 0, or its out_proj column is empty): a read the
+/// chip selects only on some passes.
+const READ_UNLESS_Z: u32 = 1 << 18;
 /// Entries the kernel can address: its chunk tables pack an entry index into 26 bits.
 const MAX_PAIRS: usize = 1 << 26;
 /// Residual dims the kernel lists as written in one pass (its `NZ_CAP`).
@@ -292,8 +296,16 @@ fn mixer_tables(layer: &SparseLayer, xin: &mut Split, o: &mut LayerOffsets, f: &
         .collect();
     o.head = f.floats_aligned(&head, 4);
     // A head whose key head's q and k channels are all dead never writes or reads: its
-    // state stays zero. The others, flagged when q and k are zero unless reached.
+    // state stays zero. The others, flagged when q and k are zero unless reached, and when
+    // the read adds nothing unless z is reached.
     let live: std::collections::HashSet<usize> = layer.live_channels.iter().copied().collect();
+    let mut out_used = vec![false; value_dim];
+    for r in written_rows(&layer.out_proj) {
+        for &col in layer.out_proj.row(r).0 {
+            out_used[col as usize] = true;
+        }
+    }
+    let closed = |col: usize| zgate[4 * col] == 0.0 || zgate[4 * col + 2] == 0.0 || !out_used[col];
     let mut heads = Vec::new();
     for h in 0..hv {
         let kh = h / (hv / hk);
@@ -307,7 +319,14 @@ fn mixer_tables(layer: &SparseLayer, xin: &mut Split, o: &mut LayerOffsets, f: &
         let a_row = o.a_at + h as u32;
         let no_decay = !xin.entries.iter().any(|(_, target, _)| *target == a_row)
             && gdn_decay(layer.a_log[h], xin.bias[a_row as usize], layer.dt_bias[h]) == 1.0;
-        heads.push(h as u32 | if quiet { QUIET_UNLESS_REACHED } else { 0 } | if no_decay { NO_DECAY } else { 0 });
+        let read_unless_z = (0..dv).all(|e| closed(h * dv + e));
+        let flag = |set: bool, bit: u32| if set { bit } else { 0 };
+        heads.push(
+            h as u32
+                | flag(quiet, QUIET_UNLESS_REACHED)
+                | flag(no_decay, NO_DECAY)
+                | flag(read_unless_z, READ_UNLESS_Z),
+        );
     }
     o.n_heads = heads.len() as u32;
     o.heads = f.ints(&heads);

@@ -166,7 +166,16 @@ fn millicode_context(c: &mut Circuit, f: &Front, user: &Expr) -> (Vec<Expr>, Vec
         entries,
         enable: div_entry.clone(),
     });
-    let ca = oh(&c.read("ctx_a", ctx_a, row_zero(rows), None, entry_outputs("e", 0..64)));
+    // Read only in millicode (what reads it is gated by the mode): a closed read lets the
+    // GPU kernel skip the head's read on every other pass.
+    let in_millicode = |n: usize| Some((0..n).map(|e| (e, f.mode.clone())).collect());
+    let ca = oh(&c.read(
+        "ctx_a",
+        ctx_a,
+        row_zero(rows),
+        in_millicode(64),
+        entry_outputs("e", 0..64),
+    ));
     let ctx_b = c.memory(
         "ctx_b",
         1,
@@ -197,7 +206,13 @@ fn millicode_context(c: &mut Circuit, f: &Front, user: &Expr) -> (Vec<Expr>, Vec
         entries,
         enable: div_entry,
     });
-    let cb = oh(&c.read("ctx_b", ctx_b, row_zero(rows), None, entry_outputs("e", 0..80)));
+    let cb = oh(&c.read(
+        "ctx_b",
+        ctx_b,
+        row_zero(rows),
+        in_millicode(80),
+        entry_outputs("e", 0..80),
+    ));
 
     (ca, cb)
 }

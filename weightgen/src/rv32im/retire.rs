@@ -284,11 +284,16 @@ pub fn build(c: &mut Circuit, t: &Tok, f: &Front, d: &Decoded, r: &RegFile, x: &
         entries,
         enable: f.first.clone() + m.fill_pass.clone(),
     });
+    // Read only by the continuation passes (everything that reads it is gated by their
+    // kinds): a closed read lets the GPU kernel skip the head's read on every other pass.
+    let continuing = [kind::H, kind::M, kind::LK, kind::W1, kind::W2, kind::T]
+        .iter()
+        .fold(Expr::zero(), |e, k| e + t.kind(*k));
     let latched = oh(&c.read(
         "latch",
         latch_mem,
         one_row(rows, 0, Delayed::now(one.clone())),
-        None,
+        Some((0..latch::COUNT).map(|e| (e, continuing.clone())).collect()),
         entry_outputs("e", 0..latch::COUNT)
             .into_iter()
             .map(|(n, _, e)| (n, Range::new(0, 15), e))
