@@ -17,8 +17,10 @@
 //     conv state), and so does a value column's z gate (silu of z's anchors' share); a
 //     head whose q and k nothing reached, with decay 1, does nothing, nor does one that
 //     neither writes (beta 0) nor reads (a read the chip selects only on some passes, and
-//     no signal reached its z); q is computed only for a read, k only for a write; a
-//     neuron no signal can reach is constant, its share of down precomputed.
+//     no signal reached its z); q is computed only for a read, k only for a write, and
+//     taken normalised from the host where nothing reached them and they are constant
+//     (`pc_base`, the latch); a neuron no signal can reach is constant, its share of down
+//     precomputed.
 // Sums are added in another order than the CPU's. Most of the chip's terms are integers
 // inside fp32's exact range, but not all: silu's tails leave small non-integer terms (the
 // residual's last bits can differ from the CPU's; the token choice has margins), and a
@@ -81,6 +83,8 @@ struct Layer {
                           // I: {channel, its anchors' share} each; W: their four taps each
     unsigned z_at, b_at, a_at;
     unsigned zgate;       // W: per value column {silu(z's anchors' share), that share, norm gain, 0}
+    unsigned qk_const;    // W: per key head its q then its k, normalised, while nothing reaches
+                          // them (used where the head's entry has bit 19)
     unsigned head;        // W: per value head {A_log, dt_bias, b's anchor share, a's}
     unsigned n_heads, heads; // I: the heads whose q and k can be nonzero; bit 16: q and k
                              // are zero unless a signal reaches them; bit 17: decay is 1
@@ -305,7 +309,8 @@ __device__ HELPER void value_head(unsigned entry, float4 p, const Layer &L, cons
 ) {
     unsigned lane = threadIdx.x % 32;
     unsigned head = entry & 0xffff;
-    bool quiet_unless_reached = (entry >> 16) & 1, no_decay = (entry >> 17) & 1, read_unless_z = (entry >> 18) & 1;
+    bool quiet_unless_reached = (entry >> 16) & 1, no_decay = (entry >> 17) & 1, read_unless_z = (entry >> 18) & 1,
+         qk_constant = (entry >> 19) & 1;
     unsigned kh = head / (d.hv / d.hk);
 #ifdef PROFILE
     long long hlast = clock64();
@@ -337,7 +342,17 @@ __device__ HELPER void value_head(unsigned entry, float4 p, const Layer &L, cons
     HMARK(0);
     // Nothing reaches q or k, or the head neither writes nor reads, and the decay is 1.
     if (no_decay && ((quiet_unless_reached && !reached) || (!writes && !reads))) return;
-    if (!quiet_unless_reached || reached) {
+    // q and k are constants while nothing reaches them: normalised on the host.
+    bool constant = qk_constant && !reached;
+    if (constant) {
+        const float *c = W + L.qk_const + kh * 2 * d.dk;
+#pragma unroll
+        for (unsigned j = 0; j < KJ; j++) {
+            unsigned e = lane + 32 * j;
+            if (e < d.dk && reads) q[j] = __ldg(c + e);
+            if (e < d.dk && writes) k[j] = __ldg(c + d.dk + e);
+        }
+    } else if (!quiet_unless_reached || reached) {
         // (Zero channels give zeros without a load: the same code either way.)
         unsigned nq = reads ? d.dk : 0, nk = writes ? d.dk : 0;
         float4 tq[KJ], tk[KJ];
@@ -349,22 +364,34 @@ __device__ HELPER void value_head(unsigned entry, float4 p, const Layer &L, cons
     }
     HMARK(2);
     float a_raw = xs[L.a_at + head] + p.w;
+    // sq and sk: only whether they are 0 matters past the norms.
     float sq = 0.0f, sk = 0.0f;
+    if (constant) {
+        bool any_q = false, any_k = false;
 #pragma unroll
-    for (unsigned j = 0; j < KJ; j++) {
-        sq += q[j] * q[j];
-        sk += k[j] * k[j];
+        for (unsigned j = 0; j < KJ; j++) {
+            any_q |= q[j] != 0.0f;
+            any_k |= k[j] != 0.0f;
+        }
+        sq = __any_sync(FULL, any_q) ? 1.0f : 0.0f;
+        sk = __any_sync(FULL, any_k) ? 1.0f : 0.0f;
+    } else {
+#pragma unroll
+        for (unsigned j = 0; j < KJ; j++) {
+            sq += q[j] * q[j];
+            sk += k[j] * k[j];
+        }
+        sq = warp_sum(sq);
+        sk = warp_sum(sk);
     }
-    sq = warp_sum(sq);
-    sk = warp_sum(sk);
     HMARK(3);
-    if (sq != 0.0f) {
+    if (sq != 0.0f && !constant) {
         float inv = 1.0f / sqrtf(sq + 1e-6f), qs = sqrtf((float)d.dk);
 #pragma unroll
         for (unsigned j = 0; j < KJ; j++)
             if (q[j] != 0.0f) q[j] = (q[j] * inv) / qs; // (a zero stays the same zero)
     }
-    if (sk != 0.0f) {
+    if (sk != 0.0f && !constant) {
         float inv = 1.0f / sqrtf(sk + 1e-6f);
 #pragma unroll
         for (unsigned j = 0; j < KJ; j++) k[j] = k[j] * inv;

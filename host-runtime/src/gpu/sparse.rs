@@ -37,6 +37,7 @@ struct LayerOffsets {
     b_at: u32,
     a_at: u32,
     zgate: u32,
+    qk_const: u32,
     head: u32,
     n_heads: u32,
     heads: u32,
@@ -61,6 +62,9 @@ const NO_DECAY: u32 = 1 << 17;
 /// value column's gate or gain is then 0, or its out_proj column is empty): a read the
 /// chip selects only on some passes.
 const READ_UNLESS_Z: u32 = 1 << 18;
+/// In a head's table entry: when no signal reaches its q and k, both are constants, each
+/// with at most one nonzero channel, stored normalised at `qk_const` (see [`constant_qk`]).
+const QK_CONSTANT: u32 = 1 << 19;
 /// Entries the kernel can address: its chunk tables pack an entry index into 26 bits.
 const MAX_PAIRS: usize = 1 << 26;
 /// Residual dims the kernel lists as written in one pass (its `NZ_CAP`).
@@ -320,17 +324,53 @@ fn mixer_tables(layer: &SparseLayer, xin: &mut Split, o: &mut LayerOffsets, f: &
         let no_decay = !xin.entries.iter().any(|(_, target, _)| *target == a_row)
             && gdn_decay(layer.a_log[h], xin.bias[a_row as usize], layer.dt_bias[h]) == 1.0;
         let read_unless_z = (0..dv).all(|e| closed(h * dv + e));
+        let qk_constant = constant_qk(&channel, kh, dk, key_dim).is_some();
         let flag = |set: bool, bit: u32| if set { bit } else { 0 };
         heads.push(
             h as u32
                 | flag(quiet, QUIET_UNLESS_REACHED)
                 | flag(no_decay, NO_DECAY)
-                | flag(read_unless_z, READ_UNLESS_Z),
+                | flag(read_unless_z, READ_UNLESS_Z)
+                | flag(qk_constant, QK_CONSTANT),
         );
     }
+    let qk: Vec<f32> = (0..hk)
+        .flat_map(|kh| constant_qk(&channel, kh, dk, key_dim).unwrap_or_else(|| vec![0.0; 2 * dk]))
+        .collect();
+    o.qk_const = f.floats(&qk);
     o.n_heads = heads.len() as u32;
     o.heads = f.ints(&heads);
     Ok(rows)
+}
+
+/// Key head `kh`'s q and k while no signal reaches them, as the kernel would normalise
+/// them (q scaled by 1/sqrt(dk) too), when that is a constant it can skip: no channel has
+/// delayed taps, and q and k each have at most one nonzero channel, so their sums of
+/// squares are one square, the same bits in any order (a zero keeps its sign, as the
+/// kernel leaves zeros alone). Returns q then k, `dk` each.
+fn constant_qk(channel: &[f32], kh: usize, dk: usize, key_dim: usize) -> Option<Vec<f32>> {
+    let part = |first: usize, q: bool| -> Option<Vec<f32>> {
+        let chs = first + kh * dk..first + (kh + 1) * dk;
+        if chs.clone().any(|ch| channel[4 * ch + 3] != 0.0) {
+            return None;
+        }
+        let mut x: Vec<f32> = chs.map(|ch| channel[4 * ch]).collect();
+        let nonzero: Vec<f32> = x.iter().copied().filter(|v| *v != 0.0).collect();
+        if nonzero.len() > 1 {
+            return None;
+        }
+        if let Some(v) = nonzero.first() {
+            let inv = 1.0 / (v * v + inband_qwen35::scalar::L2NORM_EPS).sqrt();
+            let qs = (dk as f32).sqrt();
+            for e in x.iter_mut().filter(|e| **e != 0.0) {
+                *e = if q { (*e * inv) / qs } else { *e * inv };
+            }
+        }
+        Some(x)
+    };
+    let mut q = part(0, true)?;
+    q.extend(part(key_dim, false)?);
+    Some(q)
 }
 
 /// The MLP's tables: gate and up rows split into anchors' share and signal entries; the
@@ -399,4 +439,40 @@ fn mlp_tables(
     o.neuron = f.ints_aligned(&neuron, 4);
     o.neuron_down = f.ints_aligned(&neuron_down, 2);
     Ok(2 * n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A channel table of `n` channels: (constant output, delayed) each.
+    fn table(chs: &[(f32, bool)]) -> Vec<f32> {
+        chs.iter()
+            .flat_map(|&(x, delayed)| [x, 1.0, 0.0, if delayed { 1.0 } else { 0.0 }])
+            .collect()
+    }
+
+    #[test]
+    fn constant_qk_only_where_one_square_is_the_sum() {
+        let (dk, key_dim) = (4, 4);
+        let q_one_hot = [(128.0, false), (-0.0, false), (0.0, false), (0.0, false)];
+        let k_zero = [(0.0, false); 4];
+        let both: Vec<_> = q_one_hot.iter().chain(&k_zero).copied().collect();
+        let qk = constant_qk(&table(&both), 0, dk, key_dim).unwrap();
+        let inv = 1.0 / (128.0f32 * 128.0 + 1e-6).sqrt();
+        assert_eq!(qk[0], (128.0 * inv) / 2.0);
+        // Zeros keep their sign (the kernel leaves them alone).
+        assert!(qk[1] == 0.0 && qk[1].is_sign_negative());
+        assert!(qk[4..].iter().all(|v| *v == 0.0));
+        // Two nonzero channels: their sum of squares depends on the order; delayed taps vary.
+        let two: Vec<_> = [(1.0, false), (2.0, false), (0.0, false), (0.0, false)]
+            .iter()
+            .chain(&k_zero)
+            .copied()
+            .collect();
+        assert!(constant_qk(&table(&two), 0, dk, key_dim).is_none());
+        let mut delayed = both.clone();
+        delayed[6].1 = true;
+        assert!(constant_qk(&table(&delayed), 0, dk, key_dim).is_none());
+    }
 }
