@@ -310,6 +310,7 @@ fn mixer_tables(layer: &SparseLayer, xin: &mut Split, o: &mut LayerOffsets, f: &
         }
     }
     let closed = |col: usize| zgate[4 * col] == 0.0 || zgate[4 * col + 2] == 0.0 || !out_used[col];
+    let constant: Vec<Option<Vec<f32>>> = (0..hk).map(|kh| constant_qk(&channel, kh, dk, key_dim)).collect();
     let mut heads = Vec::new();
     for h in 0..hv {
         let kh = h / (hv / hk);
@@ -324,18 +325,18 @@ fn mixer_tables(layer: &SparseLayer, xin: &mut Split, o: &mut LayerOffsets, f: &
         let no_decay = !xin.entries.iter().any(|(_, target, _)| *target == a_row)
             && gdn_decay(layer.a_log[h], xin.bias[a_row as usize], layer.dt_bias[h]) == 1.0;
         let read_unless_z = (0..dv).all(|e| closed(h * dv + e));
-        let qk_constant = constant_qk(&channel, kh, dk, key_dim).is_some();
         let flag = |set: bool, bit: u32| if set { bit } else { 0 };
         heads.push(
             h as u32
                 | flag(quiet, QUIET_UNLESS_REACHED)
                 | flag(no_decay, NO_DECAY)
                 | flag(read_unless_z, READ_UNLESS_Z)
-                | flag(qk_constant, QK_CONSTANT),
+                | flag(constant[kh].is_some(), QK_CONSTANT),
         );
     }
-    let qk: Vec<f32> = (0..hk)
-        .flat_map(|kh| constant_qk(&channel, kh, dk, key_dim).unwrap_or_else(|| vec![0.0; 2 * dk]))
+    let qk: Vec<f32> = constant
+        .into_iter()
+        .flat_map(|qk| qk.unwrap_or_else(|| vec![0.0; 2 * dk]))
         .collect();
     o.qk_const = f.floats(&qk);
     o.n_heads = heads.len() as u32;
@@ -445,7 +446,7 @@ fn mlp_tables(
 mod tests {
     use super::*;
 
-    /// A channel table of `n` channels: (constant output, delayed) each.
+    /// A channel table from (constant output, has delayed taps) per channel.
     fn table(chs: &[(f32, bool)]) -> Vec<f32> {
         chs.iter()
             .flat_map(|&(x, delayed)| [x, 1.0, 0.0, if delayed { 1.0 } else { 0.0 }])
