@@ -87,7 +87,9 @@ struct Layer {
                           // them (used where the head's entry has bit 19)
     unsigned head;        // W: per value head {A_log, dt_bias, b's anchor share, a's}
     unsigned n_heads, heads; // I: the heads whose q and k can be nonzero; bit 16: q and k
-                             // are zero unless a signal reaches them; bit 17: decay is 1
+                             // are zero unless a signal reaches them; bit 17: decay is 1;
+                             // bit 18: its read adds nothing unless a signal reaches z;
+                             // bit 19: q and k at qk_const while nothing reaches them
     Csc out;              // out_proj: columns are head outputs, rows residual dims
     Csc gate_up;          // gate rows 0..n_neur, up rows n_neur..2 n_neur
     unsigned n_neur, n_signal; // the neurons a signal can reach (the rest are constant):
