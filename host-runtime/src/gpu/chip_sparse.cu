@@ -57,7 +57,9 @@
 // columns, handing over q, k and the read through shared memory (−1 %: a head's chain is
 // thirteen dependent stages of ~0.1–3 k cycles, set by their latency, not by a lane's
 // share of the work); the channel outputs without branches (every silu computed: −6 %);
-// down and out_proj columns added by the whole warp, one column at a time (−22 %).
+// down and out_proj columns added by the whole warp, one column at a time (−22 %); a
+// channel's table loaded only where its scattered sum is nonzero, from per-head masks of
+// the channels that are then ±0 (−3 %: the loads waited on a shared read first).
 
 // The phases of the -DPROFILE cycle counts, per layer (MARK in chip_common.cuh, indexed
 // by the layer l being run).
