@@ -171,6 +171,21 @@ pub struct GoldenStep<'a> {
     pub after: &'a Machine,
 }
 
+impl GoldenStep<'_> {
+    /// The register this instruction writes with value tokens (`s`, `u`, `l` after `m`,
+    /// `h`), if any: rd ≠ x0 of lui, auipc, loads, register-immediate and register-register
+    /// operations (divisions included). Links are written by `lk` passes instead.
+    pub fn value_write(&self) -> Option<usize> {
+        let rd = ((self.word >> 7) & 31) as usize;
+        (rd != 0 && matches!(self.word & 0x7f, 0x37 | 0x17 | 0x03 | 0x13 | 0x33)).then_some(rd)
+    }
+
+    /// A jump that links (`jal`/`jalr` with rd ≠ x0): the chip writes the link in an `lk` pass.
+    pub fn links(&self) -> bool {
+        matches!(self.word & 0x7f, 0x6f | 0x67) && (self.word >> 7) & 31 != 0
+    }
+}
+
 /// Runs the ELF at `path` bare-metal in the golden interpreter until it exits, calling
 /// `each` after every instruction; the instructions run. An error if it traps or runs
 /// `budget` instructions without exiting. (The analysis tools in `src/bin` classify the

@@ -21,9 +21,6 @@ use inband_tests::golden_steps;
 /// Instructions a program may run here.
 const BUDGET: u64 = 100_000_000;
 
-/// Opcodes whose instructions write no register, or write it with a link token.
-const NO_VALUE_WRITE: [u32; 6] = [0x23, 0x63, 0x73, 0x0f, 0x6f, 0x67];
-
 /// Extra tokens (beyond the one that retires) the chip needs to write `v`.
 fn extra_tokens(v: u32) -> u64 {
     if (-2048..2048).contains(&(v as i32)) {
@@ -46,8 +43,7 @@ struct Counts {
 fn count(path: &str) -> anyhow::Result<Counts> {
     let mut c = Counts::default();
     c.instructions = golden_steps(path, BUDGET, |step| {
-        let rd = ((step.word >> 7) & 31) as usize;
-        if rd != 0 && !NO_VALUE_WRITE.contains(&(step.word & 0x7f)) {
+        if let Some(rd) = step.value_write() {
             let v = step.after.regs[rd];
             let extra = extra_tokens(v);
             c.writes_by_extra[extra as usize] += 1;

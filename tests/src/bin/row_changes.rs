@@ -57,26 +57,19 @@ impl Counts {
     }
 }
 
-/// The instruction writes a register the chip must write with a token (rd ≠ x0; lui,
-/// auipc, loads, register-immediate and register-register operations).
-fn writes_register(word: u32) -> bool {
-    let rd = (word >> 7) & 31;
-    rd != 0 && matches!(word & 0x7f, 0x37 | 0x17 | 0x03 | 0x13 | 0x33)
-}
-
 /// Runs `path`, counting its control flow's passes.
 fn count(path: &str) -> anyhow::Result<Counts> {
     let mut c = Counts::default();
     c.instructions = golden_steps(path, BUDGET, |step| {
-        let (pc, next, word) = (step.pc, step.after.pc, step.word);
+        let (pc, next) = (step.pc, step.after.pc);
         let sequential = next == pc.wrapping_add(4);
-        if matches!(word & 0x7f, 0x6f | 0x67) && (word >> 7) & 31 != 0 {
+        if step.links() {
             c.link += 1;
         }
         if !sequential || next / ROW != pc / ROW {
             c.x_passes += 1;
         }
-        if sequential && next / ROW != pc / ROW && writes_register(word) {
+        if sequential && next / ROW != pc / ROW && step.value_write().is_some() {
             *c.rebase.entry(pc).or_default() += 1;
         }
         if next < pc && pc - next < ROW && next / ROW != pc / ROW {
