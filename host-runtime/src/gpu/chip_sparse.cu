@@ -329,6 +329,8 @@ __device__ HELPER void value_head(unsigned entry, float4 p, const Layer &L, cons
         if (e < d.dk) reached |= xs[kh * d.dk + e] != 0.0f || xs[d.key_dim + kh * d.dk + e] != 0.0f;
     }
     reached = __any_sync(FULL, reached);
+    // Nothing reaches q or k, and the decay is 1: the head neither writes nor reads.
+    if (quiet_unless_reached && !reached && no_decay) return;
     // Whether the head writes (beta) and whether its read can add anything (a read the
     // chip selects: some signal reaches z); q is needed only for a read, k for a write.
     float b_raw = xs[L.b_at + head] + p.z;
@@ -344,8 +346,8 @@ __device__ HELPER void value_head(unsigned entry, float4 p, const Layer &L, cons
         reads = __any_sync(FULL, z_reached);
     }
     HMARK(0);
-    // Nothing reaches q or k, or the head neither writes nor reads, and the decay is 1.
-    if (no_decay && ((quiet_unless_reached && !reached) || (!writes && !reads))) return;
+    // The head neither writes nor reads, and the decay is 1.
+    if (no_decay && !writes && !reads) return;
     // q and k are constants while nothing reaches them: normalised on the host.
     bool constant = qk_constant && !reached;
     if (constant) {
