@@ -122,6 +122,16 @@ __device__ __noinline__ float silu_call(float x) { return silu_f(x); }
 
 #define FULL 0xffffffffu
 
+// The input projections' rows sit in shared memory with a gap after every 128: row r at
+// spread(r). A signal's column adds into the same channel of many heads (rows 128
+// apart), which without the gaps lie in one bank; a shared-memory float add is a
+// compare-and-swap loop, and a chunk's 32 adds into one bank went one at a time
+// (measured: such a chunk cost ~140 cycles of a pass, one into the gate/up rows ~40;
+// with the gaps layer 1's scatter took 5.0 k cycles instead of 6.5 k, layers 5-8's
+// ~0.7 k less each). Gaps in the gate/up rows too gained nothing (measured).
+__device__ __forceinline__ unsigned spread(unsigned r) { return r + (r >> 7); }
+#define SPREAD_ROWS(n) ((n) + ((n) >> 7) + 1)
+
 // The residual's nonzero dims past the anchors are kept as a list, grown as dims are
 // written (no scan of the residual): `dirty` has a bit per dim that is listed.
 struct Listing {
@@ -153,6 +163,7 @@ __device__ __forceinline__ void mark(const Listing &z, unsigned r) {
 // Listing once for the block instead of once in every warp (each warp used to scan the
 // whole list) cut the kernel's instructions by 43 % (ncu, hello).
 #define CHUNK_CAP 1024
+template <bool SPREAD>
 __device__ HELPER void list_chunks(const Csc &m, const unsigned *__restrict__ I, const uint2 *__restrict__ E,
                                    const unsigned *cols, unsigned n, const float *hidden, const Dims &d, unsigned *flag,
                                    uint2 *table, unsigned *count, float *out) {
@@ -188,12 +199,13 @@ __device__ HELPER void list_chunks(const Csc &m, const unsigned *__restrict__ I,
             }
             for (unsigned i = 0; i < l; i++) {
                 uint2 e = __ldg(E + f + i);
-                atomicAdd(out + e.x, __uint_as_float(e.y) * x);
+                atomicAdd(out + (SPREAD ? spread(e.x) : e.x), __uint_as_float(e.y) * x);
             }
         }
     }
 }
 
+template <bool SPREAD>
 __device__ HELPER void run_chunks(const uint2 *__restrict__ E, const uint2 *table, unsigned count, float *out) {
     unsigned w = threadIdx.x / 32, lane = threadIdx.x % 32;
     count = min(count, (unsigned)CHUNK_CAP);
@@ -205,7 +217,7 @@ __device__ HELPER void run_chunks(const uint2 *__restrict__ E, const uint2 *tabl
         unsigned k = (lane + g) & 31;
         if (k < (chunk.x & 63)) {
             uint2 e = __ldg(E + (chunk.x >> 6) + k);
-            atomicAdd(out + e.x, __uint_as_float(e.y) * __uint_as_float(chunk.y));
+            atomicAdd(out + (SPREAD ? spread(e.x) : e.x), __uint_as_float(e.y) * __uint_as_float(chunk.y));
         }
     }
 }
@@ -225,6 +237,29 @@ __device__ HELPER void add_entries(const uint2 *__restrict__ E, unsigned from, u
                 atomicAdd(hidden + e[u].x, __uint_as_float(e[u].y) * x);
                 mark(z, e[u].x);
             }
+    }
+}
+
+// A down column longer than this is added by the whole warp of the neuron that fired
+// (the 0.8b chip's last layer has a neuron with 301 entries that fires on every pass;
+// its one thread added them four at a time). Measured with the neurons' loop run per
+// warp: +0.5 % passes/s; layer 4's MLP 6.4 k -> 5.1 k cycles, layer 10's unchanged.
+#define WIDE_COLUMN 16
+
+// The wide columns (down entries [from, to) times a) of the warp's lanes where `wide`,
+// one column at a time, a lane per entry. Every lane of the warp calls it.
+__device__ HELPER void add_wide_columns(const uint2 *__restrict__ E, bool wide, uint2 down, float a, float *hidden,
+                                        const Listing &z) {
+    unsigned lane = threadIdx.x % 32;
+    for (unsigned m = __ballot_sync(FULL, wide); m; m &= m - 1) {
+        unsigned b = __ffs(m) - 1;
+        unsigned from = __shfl_sync(FULL, down.x, b), to = __shfl_sync(FULL, down.y, b);
+        float x = __shfl_sync(FULL, a, b);
+        for (unsigned k = from + lane; k < to; k += 32) {
+            uint2 e = __ldg(E + k);
+            atomicAdd(hidden + e.x, __uint_as_float(e.y) * x);
+            mark(z, e.x);
+        }
     }
 }
 
@@ -251,7 +286,7 @@ __device__ HELPER void channels_out(const float4 (&t)[KJ], const float *xs, cons
     unsigned lane = threadIdx.x % 32;
 #pragma unroll
     for (unsigned j = 0; j < KJ; j++) {
-        float sum = lane + 32 * j < n ? xs[base + lane + 32 * j] : 0.0f;
+        float sum = lane + 32 * j < n ? xs[spread(base + lane + 32 * j)] : 0.0f;
         if (t[j].w != 0.0f) out[j] = y[(unsigned)t[j].w - 1];
         else if (sum == 0.0f) out[j] = t[j].x;
         else out[j] = silu_f(0.0f + t[j].y * (sum + t[j].z));
@@ -326,14 +361,14 @@ __device__ HELPER void value_head(unsigned entry, float4 p, const Layer &L, cons
 #pragma unroll
     for (unsigned j = 0; j < KJ; j++) {
         unsigned e = lane + 32 * j;
-        if (e < d.dk) reached |= xs[kh * d.dk + e] != 0.0f || xs[d.key_dim + kh * d.dk + e] != 0.0f;
+        if (e < d.dk) reached |= xs[spread(kh * d.dk + e)] != 0.0f || xs[spread(d.key_dim + kh * d.dk + e)] != 0.0f;
     }
     reached = __any_sync(FULL, reached);
     // Nothing reaches q or k, and the decay is 1: the head neither writes nor reads.
     if (quiet_unless_reached && !reached && no_decay) return;
     // Whether the head writes (beta) and whether its read can add anything (a read the
     // chip selects: some signal reaches z); q is needed only for a read, k for a write.
-    float b_raw = xs[L.b_at + head] + p.z;
+    float b_raw = xs[spread(L.b_at + head)] + p.z;
     float beta = sigmoid_f(b_raw);
     bool writes = beta != 0.0f, reads = true;
     if (read_unless_z) {
@@ -341,7 +376,7 @@ __device__ HELPER void value_head(unsigned entry, float4 p, const Layer &L, cons
 #pragma unroll
         for (unsigned j = 0; j < KJ; j++) {
             unsigned e = lane + 32 * j;
-            if (e < d.dv) z_reached |= xs[L.z_at + head * d.dv + e] != 0.0f;
+            if (e < d.dv) z_reached |= xs[spread(L.z_at + head * d.dv + e)] != 0.0f;
         }
         reads = __any_sync(FULL, z_reached);
     }
@@ -369,7 +404,7 @@ __device__ HELPER void value_head(unsigned entry, float4 p, const Layer &L, cons
         channels_out(tk, xs, y, d.key_dim + kh * d.dk, nk, k);
     }
     HMARK(2);
-    float a_raw = xs[L.a_at + head] + p.w;
+    float a_raw = xs[spread(L.a_at + head)] + p.w;
     // sq and sk: only whether they are 0 matters past the norms.
     float sq = 0.0f, sk = 0.0f;
     if (constant) {
@@ -438,7 +473,7 @@ __device__ HELPER void value_head(unsigned entry, float4 p, const Layer &L, cons
         unsigned e = lane + 32 * j, c = head * d.dv + e;
         bool in = e < d.dv;
         float4 zt = in ? __ldg((const float4 *)(W + L.zgate) + c) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        float zx = in ? xs[L.z_at + c] : 0.0f;
+        float zx = in ? xs[spread(L.z_at + c)] : 0.0f;
         sz[j] = zx == 0.0f ? zt.x : silu_f(zx + zt.y); // no signal reached z: silu of its anchors' share
         gain[j] = zt.z;
         from[j] = in ? __ldg(I + L.out.start + c) : 0;
@@ -484,8 +519,8 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
     const Dims d = *dims_p;
     float *hidden = sh;                                  // width
     float *y = hidden + d.width;                         // d.delayed: delayed channels' outputs
-    float *xs = y + d.delayed;                           // d.scratch: the input projections' rows
-    float *gu = xs + d.scratch;                          // d.act: gate and up rows
+    float *xs = y + d.delayed;                           // SPREAD_ROWS(d.scratch): the input projections' rows
+    float *gu = xs + SPREAD_ROWS(d.scratch);             // d.act: gate and up rows
     unsigned *nz_cols = (unsigned *)(gu + d.act);        // NZ_CAP: the listed dims
     unsigned *dirty = nz_cols + NZ_CAP;                  // (width + 31) / 32: the listed dims' bits
     Layer *layers = (Layer *)(dirty + (d.width + 31) / 32); // d.layers
@@ -507,7 +542,8 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
         ((unsigned *)layers)[i] = ((const unsigned *)layers_g)[i];
     load_tokens(tk, d, I);
     #pragma unroll 1
-    for (unsigned i = threadIdx.x; i < d.width + d.delayed + d.scratch + d.act; i += THREADS) hidden[i] = 0.0f;
+    for (unsigned i = threadIdx.x; i < d.width + d.delayed + SPREAD_ROWS(d.scratch) + d.act; i += THREADS)
+        hidden[i] = 0.0f;
     for (unsigned i = threadIdx.x; i < (d.width + 31) / 32; i += THREADS) dirty[i] = 0;
     if (threadIdx.x == 0) error_sh = nz_count = chunk_n[0] = chunk_n[1] = 0;
 #ifdef PROFILE
@@ -578,9 +614,9 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
             if (threadIdx.x == 0) listed[0] += nz_count;
 #endif
             const Layer &L = layers[li];
-            list_chunks(L.xin, I, E, nz_cols, min(nz_count, NZ_CAP), hidden, d, &error_sh, chunk_sh, chunk_n, xs);
+            list_chunks<true>(L.xin, I, E, nz_cols, min(nz_count, NZ_CAP), hidden, d, &error_sh, chunk_sh, chunk_n, xs);
             __syncthreads();
-            run_chunks(E, chunk_sh, chunk_n[0], xs);
+            run_chunks<true>(E, chunk_sh, chunk_n[0], xs);
             if (threadIdx.x == 0) chunk_n[1] = 0;
             __syncthreads();
             MARK(1);
@@ -594,7 +630,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
                     float4 w = __ldg((const float4 *)(W + L.taps) + i);
                     float c0 = cs[(ring % 3) * L.n_delayed + i], c1 = cs[((ring + 1) % 3) * L.n_delayed + i],
                           c2 = cs[((ring + 2) % 3) * L.n_delayed + i];
-                    float raw = xs[ch.x] + __uint_as_float(ch.y);
+                    float raw = xs[spread(ch.x)] + __uint_as_float(ch.y);
                     float u = 0.0f;
                     u += w.x * c0;
                     u += w.y * c1;
@@ -626,17 +662,18 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
 #ifdef PROFILE
             if (threadIdx.x == 0) listed[1] += nz_count;
 #endif
-            list_chunks(L.gate_up, I, E, nz_cols, min(nz_count, NZ_CAP), hidden, d, &error_sh, chunk_sh, chunk_n + 1, gu);
+            list_chunks<false>(L.gate_up, I, E, nz_cols, min(nz_count, NZ_CAP), hidden, d, &error_sh, chunk_sh, chunk_n + 1, gu);
             __syncthreads();
-            run_chunks(E, chunk_sh, chunk_n[1], gu);
+            run_chunks<false>(E, chunk_sh, chunk_n[1], gu);
             if (threadIdx.x == 0) chunk_n[0] = 0;
             MARK(6);
             #pragma unroll 1
-            for (unsigned i = threadIdx.x; i < d.scratch; i += THREADS) xs[i] = 0.0f;
+            for (unsigned i = threadIdx.x; i < SPREAD_ROWS(d.scratch); i += THREADS) xs[i] = 0.0f;
             __syncthreads();
             MARK(4);
             // The constant neurons' share of down; then SwiGLU of the neurons a signal can
-            // reach, each adding its down column into the residual when it fires.
+            // reach, each adding its down column into the residual when it fires: a short
+            // column from the thread that computed it, a wide one by its whole warp.
             #pragma unroll 1
             for (unsigned i = threadIdx.x; i < L.n_fixed; i += THREADS) {
                 unsigned r = __ldg(I + L.fixed_rows + i);
@@ -644,13 +681,20 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
                 atomicAdd(hidden + r, __ldg(W + L.fixed_vals + i));
             }
             #pragma unroll 1
-            for (unsigned t = threadIdx.x; t < L.n_signal; t += THREADS) {
-                uint4 nr = __ldg((const uint4 *)(I + L.neuron) + t);
-                uint2 down = __ldg((const uint2 *)(I + L.neuron_down) + t);
-                float g = gu[nr.x] + __uint_as_float(nr.y), u = gu[L.n_neur + nr.x] + __uint_as_float(nr.z);
-                gu[nr.x] = gu[L.n_neur + nr.x] = 0.0f;
-                float a = silu_call(g) * u;
-                if (a != 0.0f) add_entries(E, down.x, down.y, a, hidden, z);
+            for (unsigned base = threadIdx.x & ~31u; base < L.n_signal; base += THREADS) {
+                unsigned t = base + threadIdx.x % 32;
+                float a = 0.0f;
+                uint2 down = make_uint2(0, 0);
+                if (t < L.n_signal) {
+                    uint4 nr = __ldg((const uint4 *)(I + L.neuron) + t);
+                    down = __ldg((const uint2 *)(I + L.neuron_down) + t);
+                    float g = gu[nr.x] + __uint_as_float(nr.y), u = gu[L.n_neur + nr.x] + __uint_as_float(nr.z);
+                    gu[nr.x] = gu[L.n_neur + nr.x] = 0.0f;
+                    a = silu_call(g) * u;
+                }
+                bool wide = a != 0.0f && down.y - down.x > WIDE_COLUMN;
+                if (a != 0.0f && !wide) add_entries(E, down.x, down.y, a, hidden, z);
+                add_wide_columns(E, wide, down, a, hidden, z);
             }
             __syncthreads();
             MARK(5);

@@ -406,10 +406,12 @@ impl GpuChip {
         let shared_floats = match kernel {
             // hidden, normed, conv output, head outputs, scratch, activations.
             Kernel::Reference => 2 * width + c.conv_dim() + hv * dv + tables.scratch + tables.act,
-            // hidden, delayed channels' conv outputs, the two scratch buffers, the list of
-            // dims that may be nonzero and its bitmap.
+            // hidden, delayed channels' conv outputs, the two scratch buffers (the first
+            // with a gap after every 128 rows: `spread` in the kernel), the list of dims
+            // that may be nonzero and its bitmap.
             Kernel::Sparse => {
-                width + tables.delayed + tables.scratch + tables.act + sparse::NZ_CAP + width.div_ceil(32)
+                let spread_rows = tables.scratch + tables.scratch / 128 + 1;
+                width + tables.delayed + spread_rows + tables.act + sparse::NZ_CAP + width.div_ceil(32)
             }
         };
         let shared_bytes = ((shared_floats + tables.words.len()) * 4) as u32;
