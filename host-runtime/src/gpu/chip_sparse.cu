@@ -31,7 +31,8 @@
 //
 // A value head's work (its q/k normalisation, delta rule, read, gated norm and its
 // out_proj columns) is one warp's, with no block barrier; a SwiGLU neuron that fires adds
-// its down column into the residual from the thread that computed it. A layer's block
+// its down column into the residual from the thread that computed it (a column longer
+// than WIDE_COLUMN by that thread's whole warp). A layer's block
 // barriers: each scatter's chunks listed and added (input projections, gate/up), the
 // delayed conv done (where a layer has one), the heads done, the MLP done. Every table a
 // step needs is one load (a channel's four fields, a value column's z gate and norm gain,
@@ -44,7 +45,10 @@
 // chunks once) and waits mostly at barriers for the warp with the longest chain: a value
 // head's, not for instruction fetches. The profile times warp 0's head by stage: its two
 // longest stages are a round of table loads then silus (q's channels, 0.9–2.8 k cycles;
-// the z gate, ~2.1 k), the other eleven 0.1–1 k each.
+// the z gate, ~2.1 k), the other eleven 0.1–1 k each. The input projections' scatter
+// (~57 k cycles of a ~210 k pass) is bound by its shared-memory adds, ~3.5–5 cycles an
+// entry for the block: layer 3 meets ~1,800 entries a pass (the register file's factored
+// keys: a digit's dim feeds its channel in every head), layers 5–8 1,100–1,800.
 //
 // Measured, not kept: the heads and the scatter as calls instead of inlined (smaller code,
 // but slower: 7,300 and 7,800 passes/s against 8,600); out_proj and down as block-wide
