@@ -168,12 +168,16 @@ impl RowWriter<'_> {
 }
 
 /// Per-slot (nominal pre-activation, conv delay) of an address: +128 for the selected
-/// slot(s), at most −128 elsewhere.
+/// slot(s), at most −128 elsewhere. A row that is a constant is read at no delay: it is
+/// the same on every pass, and a delayed tap would make its channel keep conv state.
 fn address_slots(address: &Address, heads: usize, rows_per_head: usize) -> Vec<(Expr, usize)> {
     match address {
         Address::Rows(elems) => elems
             .iter()
-            .map(|d| ((d.expr.clone() * 2.0 - 1.0) * ADDRESS_ON, d.delay))
+            .map(|d| {
+                let delay = if d.expr.is_constant() { 0 } else { d.delay };
+                ((d.expr.clone() * 2.0 - 1.0) * ADDRESS_ON, delay)
+            })
             .collect::<Vec<_>>(),
         Address::Factored { heads: hs, rows } => {
             let factors = rows.len() as f64;

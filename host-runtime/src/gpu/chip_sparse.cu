@@ -45,10 +45,10 @@
 // chunks once) and waits mostly at barriers for the warp with the longest chain: a value
 // head's, not for instruction fetches. The profile times warp 0's head by stage: its two
 // longest stages are a round of table loads then silus (q's channels, 0.9–2.8 k cycles;
-// the z gate, ~2.1 k), the other eleven 0.1–1 k each. The input projections' scatter
-// (~57 k cycles of a ~210 k pass) is bound by its shared-memory adds, ~3.5–5 cycles an
-// entry for the block: layer 3 meets ~1,800 entries a pass (the register file's factored
-// keys: a digit's dim feeds its channel in every head), layers 5–8 1,100–1,800.
+// the z gate, ~2.1 k), the other eleven 0.1–1 k each. The input projections' scatter is
+// bound by its shared-memory adds, ~3.5–5 cycles an entry for the block; since the chip
+// made its addresses single signals (~1,000 entries a pass, from ~8,500) each layer's
+// scatter costs about its two barriers and rounds of loads (1.6–3.8 k cycles).
 //
 // Measured, not kept: the heads and the scatter as calls instead of inlined (smaller code,
 // but slower: 7,300 and 7,800 passes/s against 8,600); out_proj and down as block-wide

@@ -63,23 +63,23 @@ pub struct Classes {
     pub sbsh_commit: Expr,
 }
 
-/// Register address digits for the register file's factored address (row = 32·bank +
-/// 2·high + low): bank (user, shadow, -, -), the register number's high four bits, its
-/// low bit.
+/// A register field as the register file's address: one 0/1 expression per row (user
+/// registers 0..31, millicode shadows 32..63), each the sum of the few neurons that name
+/// that row, so a row's key channel takes one input projection entry per neuron. (A
+/// factored address, bank × high four bits × low bit, fed every digit into the channels
+/// of all rows sharing it: ~80 entries per read or write a pass, ~1,800 in the layer.)
 #[derive(Clone, Debug)]
-pub struct RegDigits {
-    pub bank: Vec<Expr>,
-    pub high: Vec<Expr>,
-    pub low: Vec<Expr>,
+pub struct RegRows {
+    pub rows: Vec<Expr>,
 }
 
 pub struct Decoded {
     pub class: Classes,
     /// The immediate's bits (format chosen by the opcode), 0 when nothing is fetched.
     pub imm: Vec<Expr>,
-    pub rs1: RegDigits,
-    pub rs2: RegDigits,
-    pub rd: RegDigits,
+    pub rs1: RegRows,
+    pub rs2: RegRows,
+    pub rd: RegRows,
     /// The destination is x0 (nothing to write).
     pub rd_zero: Expr,
     /// The millicode return pc (row digits and slot, one-hot).
@@ -416,7 +416,7 @@ fn immediates(c: &mut Circuit, f: &Front) -> Vec<Expr> {
 }
 
 /// Register numbers: each field becomes a one-hot over the register file's 64 rows (user
-/// bank 0..31, shadow bank 32..63) and the factored address takes its marginals. In
+/// bank 0..31, shadow bank 32..63), which is the register file's address. In
 /// millicode x29, x30 and x31 stand for the caller's rs1, rs2 and rd (`ca`, `cb`).
 /// Returns rs1, rs2, rd and whether nothing is to be written (rd is x0).
 fn register_numbers(
@@ -425,7 +425,7 @@ fn register_numbers(
     user: &Expr,
     ca: &[Expr],
     cb: &[Expr],
-) -> (RegDigits, RegDigits, RegDigits, Expr) {
+) -> (RegRows, RegRows, RegRows, Expr) {
     let bits = &f.bits;
     let mut b = c.block("regs");
     let mut neuron = |name: String, cond: Expr| -> Expr {
@@ -436,7 +436,7 @@ fn register_numbers(
     };
     // `is(r)`: the terms saying the field names register r. `windows`: registers that, in
     // millicode, stand for the caller's register given by a ctx one-hot.
-    let mut register = |name: &str, is: &dyn Fn(usize) -> Vec<Expr>, windows: &[(usize, &[Expr])]| -> RegDigits {
+    let mut register = |name: &str, is: &dyn Fn(usize) -> Vec<Expr>, windows: &[(usize, &[Expr])]| -> RegRows {
         let mut rows: Vec<Expr> = vec![Expr::zero(); 64];
         for r in 0..32 {
             rows[r] = rows[r].clone() + neuron(format!("{name}.u{r}"), all_of(is(r), std::slice::from_ref(user)));
@@ -448,16 +448,7 @@ fn register_numbers(
                 rows[r] = rows[r].clone() + neuron(format!("{name}.w{w}.{r}"), routed);
             }
         }
-        let sum = |pick: &dyn Fn(usize) -> bool| {
-            (0..64)
-                .filter(|i| pick(*i))
-                .fold(Expr::zero(), |e, i| e + rows[i].clone())
-        };
-        RegDigits {
-            bank: vec![sum(&|i| i < 32), sum(&|i| i >= 32), Expr::zero(), Expr::zero()],
-            high: (0..16).map(|v| sum(&|i| (i % 32) >> 1 == v)).collect(),
-            low: (0..2).map(|l| sum(&|i| i & 1 == l)).collect(),
-        }
+        RegRows { rows }
     };
     let rs1_is = |r: usize| {
         let mut t = pattern(bits, 15, 1, (r & 1) as u64);

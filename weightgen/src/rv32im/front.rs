@@ -22,7 +22,7 @@ use inband_circuits::{Address, Circuit, Delayed, Expr, Range, Write};
 
 use super::millicode;
 use super::tokens::{field, kind, nibble, row_digits, ROW_PIECES, ROW_SLOTS};
-use super::wires::{entry_outputs, oh, onehot_bits, row_zero, Tok};
+use super::wires::{ands, entry_outputs, oh, onehot_bits, row_onehot, row_zero, Tok};
 
 /// Anchor of the ROM's rows: levels up to 15 in 120 entries (user code and millicode)
 /// read back within 0.007 (the thresholds allow 0.07).
@@ -326,13 +326,23 @@ pub fn build(c: &mut Circuit, t: &Tok) -> Front {
         entries,
         enable: bc,
     });
-    // User entries when the mode is 0, millicode entries when it is 1 (a select of −1
-    // closes the gate as firmly as 0).
+    // User entries when the mode is 0, millicode entries when it is 1: one signal per
+    // slot and mode, made in the layer before the read (the slot's token fields and the
+    // mode, summed in the select, each fed the entries' gates in all 16 value heads).
+    let picks: Vec<(String, Vec<Expr>)> = (0..ROW_SLOTS)
+        .flat_map(|s| {
+            [
+                (format!("user{s}"), vec![slot[s].clone(), not(&mode)]),
+                (format!("millicode{s}"), vec![slot[s].clone(), mode.clone()]),
+            ]
+        })
+        .collect();
+    let picks = ands(c, "fetch.slot", &picks);
     let select = (0..ROW_SLOTS)
         .flat_map(|s| (0..8).map(move |k| (s, 8 * s + k)))
         .flat_map(|(s, e)| {
-            let user = (e, slot[s].clone() - mode.clone());
-            let mc = (MC_ENTRY + e < MC_END).then(|| (MC_ENTRY + e, slot[s].clone() + mode.clone() - 1.0));
+            let user = (e, picks[2 * s].clone());
+            let mc = (MC_ENTRY + e < MC_END).then(|| (MC_ENTRY + e, picks[2 * s + 1].clone()));
             std::iter::once(user).chain(mc)
         })
         .collect();
@@ -349,12 +359,15 @@ pub fn build(c: &mut Circuit, t: &Tok) -> Front {
             )
         })
         .collect();
+    // The row as one signal (see `row_onehot`): the read's digits fed ~780 input
+    // projection entries a pass, the row and head ~150.
+    let fetch_row = row_onehot(c, "fetch.row", &rhi, &rlo);
     let levels = c.read(
         "fetch",
         rom,
         Address::Factored {
             heads: now(&head),
-            rows: vec![now(&rhi), now(&rlo)],
+            rows: vec![now(&fetch_row)],
         },
         Some(select),
         outputs,

@@ -40,7 +40,7 @@ use super::decode::Classes;
 use super::front::Front;
 use super::regs::RegValue;
 use super::tokens::{field, kind, LINE_WORDS, RAM_BANKS};
-use super::wires::{all_of, oh, pattern, Tok};
+use super::wires::{all_of, ands, oh, pattern, row_onehot, Tok};
 
 /// The region test: address bits 18..31 spell RAM_BASE >> 18.
 const RAM_HIGH: u64 = (inband_firmware::memory_map::RAM_BASE >> 18) as u64;
@@ -129,6 +129,46 @@ fn address_digits(
     }
     c.add_block(blk);
     digits
+}
+
+/// A bank line's address as single 0/1 signals, one MLP layer after its digits: each
+/// bank's head choices (the head and bank digits ANDed with the pass kinds that read, or
+/// that write) and the row (`rhi × rlo`, the executed access's or a boot `bl`'s). Left as
+/// sums in a factored address, every digit and pass kind fed its value into the key
+/// channels of all the rows it takes part in, up to all 2,048 of a bank (~1,000 input
+/// projection entries a pass in each bank's layer); a chosen head signal feeds its 128
+/// rows, a row signal its 16 heads.
+struct LineChoices {
+    /// [bank][head].
+    read_heads: Vec<Vec<Expr>>,
+    write_heads: Vec<Vec<Expr>>,
+    /// 128 rows (`rhi` × 16 + `rlo`).
+    rows: Vec<Expr>,
+}
+
+/// `exec` and `joined` are the digits (head, bank, rhi, rlo) of the executed access and of
+/// it or a boot line; reads take the first, writes (and rows) the second.
+fn line_choices(c: &mut Circuit, exec: [&[Expr]; 4], joined: [&[Expr]; 4], reads: &Expr, writes: &Expr) -> LineChoices {
+    let [_, _, rhi, rlo] = joined;
+    LineChoices {
+        read_heads: head_choices(c, "ram.read", exec, reads),
+        write_heads: head_choices(c, "ram.write", joined, writes),
+        rows: row_onehot(c, "ram.row", rhi, rlo),
+    }
+}
+
+/// [bank][head]: the AND of the head digit, the bank digit and `terms`.
+fn head_choices(c: &mut Circuit, name: &str, [head, bank, ..]: [&[Expr]; 4], terms: &Expr) -> Vec<Vec<Expr>> {
+    let terms: Vec<(String, Vec<Expr>)> = (0..RAM_BANKS * head.len())
+        .map(|i| {
+            let (b, h) = (i / head.len(), i % head.len());
+            (
+                format!("b{b}.h{h}"),
+                vec![head[h].clone(), bank[b].clone(), terms.clone()],
+            )
+        })
+        .collect();
+    ands(c, name, &terms).chunks(head.len()).map(|c| c.to_vec()).collect()
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -299,10 +339,10 @@ pub fn build(
         );
         cached.push(oh(&read));
     }
-    // A word store or commit whose tag matched writes its line through (`hit` and
-    // `writes_word` are terms of the bank's head AND; a boot `bl` stands in for both). A
-    // word store outside RAM writes wherever its address bits point: it traps or exits,
-    // so nothing reads that afterwards.
+    // A word store or commit whose tag matched writes its line through (`writes_word` is a
+    // term of the bank's head choice, `hit` of its write enable; a boot `bl` stands in for
+    // both). A word store outside RAM writes wherever its address bits point: it traps or
+    // exits, so nothing reads that afterwards.
 
     // The banks. Boot `bl` tokens name the line in their fields and bring the staged row.
     let bl = t.kind(kind::BL);
@@ -319,6 +359,13 @@ pub fn build(
         join(&bank, field::BBANK),
     );
     let reads = reads_word.clone() + fill_pass.clone();
+    let lines = line_choices(
+        c,
+        [&head, &bank, &rhi, &rlo],
+        [&w_head, &w_bank, &w_rhi, &w_rlo],
+        &reads,
+        &(writes_word.clone() + bl.clone()),
+    );
     let mut banks = Vec::new();
     let mut levels = vec![Expr::zero(); 8];
     for b in 0..RAM_BANKS {
@@ -331,26 +378,18 @@ pub fn build(
             },
             format!("RAM bank {b}: a line of eight words per row, word k's nibble j (level) at entry 8k+j"),
         );
-        // A head element is the AND of the head digit, this bank's digit and `terms`.
-        let address = |head: &[Expr], bank: &[Expr], rhi: &[Expr], rlo: &[Expr], terms: &[Expr]| Address::Factored {
-            heads: head
-                .iter()
-                .map(|h| now(all(&[&[h.clone(), bank[b].clone()], terms].concat())))
-                .collect(),
-            rows: vec![
-                rhi.iter().map(|x| now(x.clone())).collect(),
-                rlo.iter().map(|x| now(x.clone())).collect(),
-            ],
+        let address = |heads: &[Vec<Expr>]| Address::Factored {
+            heads: heads[b].iter().map(|h| now(h.clone())).collect(),
+            rows: vec![lines.rows.iter().map(|r| now(r.clone())).collect()],
         };
         let entries = (0..8 * LINE_WORDS)
             .map(|e| (e, now(cached[e / 8][e % 8].clone() + f.staged_row[e].clone())))
             .collect();
-        let written = [writes_word.clone() + bl.clone(), hit.clone() + bl.clone()];
         c.write(Write {
             memory: mem,
-            address: address(&w_head, &w_bank, &w_rhi, &w_rlo, &written),
+            address: address(&lines.write_heads),
             entries,
-            enable: writes_word.clone() + bl.clone(),
+            enable: all(&[writes_word.clone() + bl.clone(), hit.clone() + bl.clone()]),
         });
         let select = (0..8 * LINE_WORDS)
             .map(|e| (e, load_word[e / 8].clone() + examine[e / 8].clone()))
@@ -364,13 +403,7 @@ pub fn build(
                 )
             })
             .collect();
-        let read = c.read(
-            &format!("ram{b}"),
-            mem,
-            address(&head, &bank, &rhi, &rlo, std::slice::from_ref(&reads)),
-            Some(select),
-            outs,
-        );
+        let read = c.read(&format!("ram{b}"), mem, address(&lines.read_heads), Some(select), outs);
         for j in 0..8 {
             levels[j] = levels[j].clone() + Expr::signal(read[j]);
         }

@@ -2,7 +2,7 @@
 //! four memories per read port, so that one token can write a whole register, and a `u`
 //! token its low bits alone.
 //!
-//! A pass writes the register the *previous* pass decoded (its rd digits, through the
+//! A pass writes the register the *previous* pass decoded (its rd row, through the
 //! conv's one-token delay) with the value the consumed token carries:
 //! - `low`: nibbles 0..2 (one-hot), from `s`, `l`, `lk` (pc + 4) and `u` tokens;
 //! - `cls`: how nibbles 3..7 read: the value's class (`s` tokens: the 12-bit value
@@ -21,7 +21,7 @@ use std::collections::HashMap;
 
 use inband_circuits::{Address, Circuit, Delayed, Expr, Range, ReadOutput, Write};
 
-use super::decode::RegDigits;
+use super::decode::RegRows;
 use super::front::Front;
 use super::tokens::{field, kind, up};
 use super::wires::{with_implied_zero, Tok};
@@ -68,12 +68,14 @@ pub struct RegFile {
     pub memories: PortMemories,
 }
 
-fn factored(d: &RegDigits, delay: usize) -> Address {
-    let at = |v: &[Expr]| v.iter().map(|x| Delayed::ago(x.clone(), delay)).collect::<Vec<_>>();
-    Address::Factored {
-        heads: vec![Delayed::ago(Expr::constant(1.0), delay)],
-        rows: vec![at(&d.bank), at(&d.high), at(&d.low)],
-    }
+/// The address of register rows `r` (`delay` tokens ago) in a memory of `rows` rows:
+/// the rows past the register file's 64 are never chosen.
+fn row_address(r: &RegRows, delay: usize, rows: usize) -> Address {
+    Address::Rows(
+        (0..rows)
+            .map(|i| Delayed::ago(r.rows.get(i).cloned().unwrap_or_else(Expr::zero), delay))
+            .collect(),
+    )
 }
 
 /// The four memories' parts, in the order a port's memories are listed.
@@ -91,7 +93,7 @@ const UP34_PADS: std::ops::Range<usize> = 32..38;
 const UP567_PADS: std::ops::Range<usize> = 48..53;
 
 /// Builds the file and reads `rs1`, `rs2` and rd's upper nibbles.
-pub fn build(c: &mut Circuit, t: &Tok, f: &Front, rd: &RegDigits, rs1: &RegDigits, rs2: &RegDigits) -> RegFile {
+pub fn build(c: &mut Circuit, t: &Tok, f: &Front, rd: &RegRows, rs1: &RegRows, rs2: &RegRows) -> RegFile {
     let (s, l, lk, u, m, h) = (
         t.kind(kind::S),
         t.kind(kind::L),
@@ -160,7 +162,7 @@ pub fn build(c: &mut Circuit, t: &Tok, f: &Front, rd: &RegDigits, rs1: &RegDigit
     // entries, so consumers see one signal per bit) and, where store data needs them, the
     // one-hot nibbles. The rd port reads only the memories of nibbles 3..7: a part a port
     // does not read has no memory there and its outputs read as zero.
-    let mut port = |name: &str, digits: &RegDigits, with_onehot: bool, parts: &[Part]| -> (RegValue, PortParts) {
+    let mut port = |name: &str, register: &RegRows, with_onehot: bool, parts: &[Part]| -> (RegValue, PortParts) {
         let bit_entries = |base: usize, i: usize| -> Vec<(usize, f64)> {
             (1..16).filter(|v| v >> i & 1 == 1).map(|v| (base + v, 1.0)).collect()
         };
@@ -193,9 +195,10 @@ pub fn build(c: &mut Circuit, t: &Tok, f: &Front, rd: &RegDigits, rs1: &RegDigit
                 ),
             };
             let mem = c.memory(format!("regs.{name}.{label}"), 1, 8, description);
+            let rows = c.target.rows_per_head;
             c.write(Write {
                 memory: mem,
-                address: factored(rd, 1),
+                address: row_address(rd, 1, rows),
                 entries: entries.clone(),
                 enable: enable(part),
             });
@@ -224,7 +227,13 @@ pub fn build(c: &mut Circuit, t: &Tok, f: &Front, rd: &RegDigits, rs1: &RegDigit
                 }
             }
             let names: Vec<String> = outs.iter().map(|(n, _, _)| n.clone()).collect();
-            let signals = c.read(&format!("{name}.{label}"), mem, factored(digits, 0), None, outs);
+            let signals = c.read(
+                &format!("{name}.{label}"),
+                mem,
+                row_address(register, 0, rows),
+                None,
+                outs,
+            );
             let read = names
                 .into_iter()
                 .zip(signals.iter().map(|s| Expr::signal(*s)))

@@ -1,7 +1,7 @@
 //! Small helpers for wiring the chip: token signals as expressions, one-hot codes,
 //! bit patterns, addresses.
 
-use inband_circuits::primitives::all;
+use inband_circuits::primitives::{add_gated, all};
 use inband_circuits::{Address, Circuit, Delayed, Expr, Range, ReadOutput, Signal};
 
 /// The chip token's kind and field signals as expressions.
@@ -127,4 +127,38 @@ pub fn onehot_bits(onehot: &[Expr]) -> Vec<Expr> {
 /// One-hot of a constant.
 pub fn onehot_constant(n: usize, v: usize) -> Vec<Expr> {
     (0..n).map(|i| Expr::constant(if i == v { 1.0 } else { 0.0 })).collect()
+}
+
+/// A 0/1 signal per (name, terms): the AND of the terms, one neuron each. Each term is at
+/// most 1 (a one-hot digit, or a sum of pass kinds that exclude one another), which their
+/// ranges as expressions do not show; `primitives::steps` would spend two neurons on each.
+pub fn ands(c: &mut Circuit, name: &str, terms: &[(String, Vec<Expr>)]) -> Vec<Expr> {
+    let mut blk = c.block(name);
+    let outs = terms
+        .iter()
+        .map(|(n, t)| {
+            let out = blk.output(n.clone(), Range::BIT);
+            let lowest = 1.0 - t.len() as f64;
+            add_gated(&mut blk, &all(t), (lowest, 1.0), &Expr::constant(1.0), &[(out, 1.0)]);
+            Expr::signal(out)
+        })
+        .collect();
+    c.add_block(blk);
+    outs
+}
+
+/// The one-hot of row `h · low.len() + l` from the one-hot digits `high` (h) and `low`
+/// (l), one neuron a row: as a memory address's row choice, a row signal feeds one key channel
+/// per head, where the two digits fed every channel of the rows sharing either (an
+/// `rhi` digit 256 of a 16-head memory's 2,048, an `rlo` digit 128).
+pub fn row_onehot(c: &mut Circuit, name: &str, high: &[Expr], low: &[Expr]) -> Vec<Expr> {
+    let rows: Vec<(String, Vec<Expr>)> = (0..high.len() * low.len())
+        .map(|r| {
+            (
+                format!("row{r}"),
+                vec![high[r / low.len()].clone(), low[r % low.len()].clone()],
+            )
+        })
+        .collect();
+    ands(c, name, &rows)
 }
