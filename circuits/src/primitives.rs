@@ -62,19 +62,29 @@ pub fn not(e: &Expr) -> Expr {
     Expr::constant(1.0) - e.clone()
 }
 
-/// Thresholds `[level ≥ v]` for v = 1..=max of a level that is an integer only to within a
-/// small error (an anchored memory read): two neurons each, whose difference is exact for
-/// errors below 0.07 (the lower gate stays under −89, the upper above 17).
-pub fn level_thresholds(c: &mut Circuit, name: &str, level: &Expr, max: usize) -> Vec<Signal> {
+/// The one-hot code (entries 0..=max, entry 0 implied: 1 minus the others) of a level that
+/// is an integer only to within a small error (an anchored memory read). Two neurons per
+/// threshold `[level ≥ v]` (v = 1..=max), whose difference is exact for errors below 0.07
+/// (the lower gate stays under −89, the upper above 17); pair v adds it into entry v and
+/// takes it from entry v − 1. One signal is nonzero, where the thresholds themselves would
+/// be `level` signals: a consumer of the level's bits meets one input entry a pass.
+pub fn level_onehot(c: &mut Circuit, name: &str, level: &Expr, max: usize) -> Vec<Expr> {
     let mut b = c.block(name);
-    let outs: Vec<Signal> = (1..=max).map(|v| b.output(format!("ge{v}"), Range::BIT)).collect();
-    for (v, out) in (1..=max).zip(&outs) {
+    let outs: Vec<Signal> = (1..=max).map(|v| b.output(format!("is{v}"), Range::BIT)).collect();
+    for v in 1..=max {
         let cond = level.clone() - (v as f64 - 1.0);
-        b.neuron((cond.clone() * 2.0 - 0.5) * K, Expr::constant(1.0), &[(*out, 1.0 / K)]);
-        b.neuron((cond * 2.0 - 1.5) * K, Expr::constant(1.0), &[(*out, -1.0 / K)]);
+        let mut adds = vec![(outs[v - 1], 1.0 / K)];
+        if v >= 2 {
+            adds.push((outs[v - 2], -1.0 / K));
+        }
+        let negated: Vec<_> = adds.iter().map(|(s, w)| (*s, -w)).collect();
+        b.neuron((cond.clone() * 2.0 - 0.5) * K, Expr::constant(1.0), &adds);
+        b.neuron((cond * 2.0 - 1.5) * K, Expr::constant(1.0), &negated);
     }
     c.add_block(b);
-    outs
+    let rest: Vec<Expr> = outs.iter().map(|s| Expr::signal(*s)).collect();
+    let zero = rest.iter().fold(Expr::constant(1.0), |e, x| e - x.clone());
+    std::iter::once(zero).chain(rest).collect()
 }
 
 /// `[cond > 0]` for an integer-valued `cond`: a new 0/1 signal.

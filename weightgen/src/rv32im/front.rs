@@ -17,7 +17,7 @@
 //!   tokens, links and millicode returns.
 
 use inband_circuits::circuit::RowCode;
-use inband_circuits::primitives::{add_gated, all, level_thresholds, not};
+use inband_circuits::primitives::{add_gated, all, level_onehot, not};
 use inband_circuits::{Address, Circuit, Delayed, Expr, Range, Write};
 
 use super::millicode;
@@ -375,15 +375,7 @@ pub fn build(c: &mut Circuit, t: &Tok) -> Front {
     let mut nib = Vec::new();
     let mut bits = Vec::new();
     for (k, level) in levels.iter().enumerate() {
-        let ge = oh(&level_thresholds(c, &format!("inst.n{k}"), &Expr::signal(*level), 15));
-        // one-hot: [ℓ ≥ v] − [ℓ ≥ v+1]
-        let onehot: Vec<Expr> = (0..16)
-            .map(|v| {
-                let at_least = if v == 0 { Expr::constant(1.0) } else { ge[v - 1].clone() };
-                let above = if v == 15 { Expr::zero() } else { ge[v].clone() };
-                at_least - above
-            })
-            .collect();
+        let onehot = level_onehot(c, &format!("inst.n{k}"), &Expr::signal(*level), 15);
         bits.extend(onehot_bits(&onehot));
         nib.push(onehot);
     }
