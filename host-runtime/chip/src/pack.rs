@@ -27,7 +27,9 @@ use crate::token::TokenSpec;
 
 pub const FORMAT: &str = "inband-chip-pack";
 /// 2: the manifest says where every memory lives and what the RV32IM host needs.
-pub const FORMAT_VERSION: u32 = 2;
+/// 3: a token with slot 8 runs slot 0 of the next ROM row (the chip's `pc_off`), where
+/// it only moved the row before: the same tokens, another protocol.
+pub const FORMAT_VERSION: u32 = 3;
 pub const TENSORS_FILE: &str = "chip.safetensors";
 pub const MANIFEST_FILE: &str = "manifest.json";
 pub const REPORT_FILE: &str = "report.txt";

@@ -1,7 +1,8 @@
 //! The front end: which pass this is, the pc, the ROM and the instruction's bits.
 //!
-//! - `pc_base` (one row, first layer): the ROM row the pc is in and the mode (user code
-//!   or millicode), written by `x` and `xm` tokens.
+//! - `pc_base` (one row, first layer): the ROM row of the last `x`/`xm` token and the mode
+//!   (user code or millicode); `pc_off` (and `pc_off_before`, see `row_offset`): the pc
+//!   is one row further, where a slot-8 token ran on into the next row since.
 //! - `rom_staging` (anchored, 32 rows): boot `bp` tokens stage a ROM row (or a RAM line)
 //!   two nibbles at a time; `bc` (`bl`) reads all 32 rows at once and writes the row into
 //!   the ROM (a RAM bank).
@@ -21,8 +22,8 @@ use inband_circuits::primitives::{add_gated, all, level_onehot, not};
 use inband_circuits::{Address, Circuit, Delayed, Expr, Range, Write};
 
 use super::millicode;
-use super::tokens::{field, kind, nibble, row_digits, ROW_PIECES, ROW_SLOTS};
-use super::wires::{ands, entry_outputs, oh, onehot_bits, row_onehot, row_zero, Tok};
+use super::tokens::{field, kind, nibble, row_digits, NEXT_ROW, ROW_PIECES, ROW_SLOTS};
+use super::wires::{ands, entry_outputs, oh, onehot_bits, row_zero, Tok};
 
 /// Anchor of the ROM's rows: levels up to 15 in 120 entries (user code and millicode)
 /// read back within 0.007 (the thresholds allow 0.07).
@@ -79,7 +80,8 @@ pub struct Front {
     pub first: Expr,
     /// The consumed token is `w3` with a slot: the byte/halfword store there commits.
     pub commit: Expr,
-    /// The consumed token carries slot 8: this pass only moves to the next row.
+    /// The consumed token carries slot 8 and the row moved on since the last `x`/`xm`
+    /// (or is user code's last): this pass only moves to the next row (or traps).
     pub rebase: Expr,
     /// One-hot of the slot whose instruction is fetched this pass (0..8; none when no
     /// instruction is fetched).
@@ -120,10 +122,10 @@ pub fn build(c: &mut Circuit, t: &Tok) -> Front {
     let heads = c.target.key_heads;
     let slot9 = t.field(field::SLOT).to_vec();
     let jumped = t.kind(kind::X) + t.kind(kind::XM);
-    let first = (0..ROW_SLOTS).fold(jumped.clone() + t.kind(kind::RR), |e, v| e + slot9[v].clone());
-    let rebase = slot9[ROW_SLOTS].clone();
+    let slot8 = slot9[NEXT_ROW].clone();
     let commit = (0..ROW_SLOTS).fold(Expr::zero(), |e, v| e + t.field(field::WSLOT)[v].clone());
-    let slot: Vec<Expr> = (0..ROW_SLOTS)
+    // The slots the consumed token names (slot 8 aside: see `row_offset`).
+    let named: Vec<Expr> = (0..ROW_SLOTS)
         .map(|v| {
             slot9[v].clone()
                 + t.field(field::XSLOT)[v].clone()
@@ -133,7 +135,6 @@ pub fn build(c: &mut Circuit, t: &Tok) -> Front {
                 + t.field(field::FSLOT)[v].clone()
         })
         .collect();
-    let fetch = slot.iter().fold(Expr::zero(), |e, s| e + s.clone());
 
     // pc_base: head one-hot (0..15), rhi (16..23), rlo (24..39), user code (40) or
     // millicode (41), four pads. An `xm` token names the millicode's row rlo (head and rhi
@@ -166,72 +167,53 @@ pub fn build(c: &mut Circuit, t: &Tok) -> Front {
         memory: pc,
         address: row_zero(rows),
         entries,
-        enable: jumped,
+        enable: jumped.clone(),
     });
     let base = c.read("pc_base", pc, row_zero(rows), None, entry_outputs("d", 0..42));
     let base = oh(&base);
-    let (head, rhi, rlo) = (base[..16].to_vec(), base[16..24].to_vec(), base[24..40].to_vec());
+    let (base_head, base_rhi, base_rlo) = (&base[..16], &base[16..24], &base[24..40]);
     let mode = base[41].clone();
+
+    // A slot-8 token runs slot 0 of the next row in the pass that consumes it, unless the
+    // row already moved since the last `x`/`xm` (then that pass is a rebase: an `x`
+    // moves the row) or the row is user code's last (then it traps).
+    let off = row_offset(c, t, rows, &jumped, &slot8);
+    let nexts = ands(
+        c,
+        "row.next",
+        &[
+            ("user".into(), vec![slot8.clone(), not(&off.before), not(&mode)]),
+            ("millicode".into(), vec![slot8.clone(), not(&off.before), mode.clone()]),
+            (
+                "past_rom".into(),
+                vec![
+                    slot8.clone(),
+                    not(&off.before),
+                    not(&mode),
+                    base_head[15].clone(),
+                    base_rhi[7].clone(),
+                    base_rlo[15].clone(),
+                ],
+            ),
+        ],
+    );
+    let past_rom = nexts[2].clone();
+    let (start_user, start_millicode) = (nexts[0].clone() - past_rom.clone(), nexts[1].clone());
+    let start = start_user.clone() + start_millicode.clone();
+    let rebase = slot8 - start.clone();
+    let first = (0..ROW_SLOTS).fold(jumped.clone() + t.kind(kind::RR) + start.clone(), |e, v| {
+        e + slot9[v].clone()
+    });
+    let mut slot = named.clone();
+    slot[0] = slot[0].clone() + start;
+    let fetch = slot.iter().fold(Expr::zero(), |e, s| e + s.clone());
+    let [head, rhi, rlo] = effective_row(c, [base_head, base_rhi, base_rlo], &off.now);
 
     // The sequential successor.
     let wrap = slot[ROW_SLOTS - 1].clone() + rebase.clone();
-    let mut b = c.block("next_pc");
-    let d_rlo: Vec<_> = (0..16)
-        .map(|v| b.output(format!("drlo{v}"), Range::new(-1, 1)))
-        .collect();
-    let d_rhi: Vec<_> = (0..8)
-        .map(|v| b.output(format!("drhi{v}"), Range::new(-1, 1)))
-        .collect();
-    let d_head: Vec<_> = (0..16)
-        .map(|v| b.output(format!("dhead{v}"), Range::new(-1, 1)))
-        .collect();
-    let runoff_s = b.output("runoff", Range::BIT);
-    let one = Expr::constant(1.0);
-    for v in 0..16 {
-        let prev = (v + 15) % 16;
-        add_gated(
-            &mut b,
-            &all(&[rlo[v].clone(), wrap.clone()]),
-            (-1.0, 1.0),
-            &one,
-            &[(d_rlo[v], -1.0)],
-        );
-        add_gated(
-            &mut b,
-            &all(&[rlo[prev].clone(), wrap.clone()]),
-            (-1.0, 1.0),
-            &one,
-            &[(d_rlo[v], 1.0)],
-        );
-    }
-    for v in 0..8 {
-        let prev = (v + 7) % 8;
-        let carry = [wrap.clone(), rlo[15].clone()];
-        let here = all(&[&carry[..], &[rhi[v].clone()]].concat());
-        let from = all(&[&carry[..], &[rhi[prev].clone()]].concat());
-        add_gated(&mut b, &here, (-2.0, 1.0), &one, &[(d_rhi[v], -1.0)]);
-        add_gated(&mut b, &from, (-2.0, 1.0), &one, &[(d_rhi[v], 1.0)]);
-    }
-    for v in 0..16 {
-        let prev = (v + 15) % 16;
-        let carry = [wrap.clone(), rlo[15].clone(), rhi[7].clone()];
-        let here = all(&[&carry[..], &[head[v].clone()]].concat());
-        let from = all(&[&carry[..], &[head[prev].clone()]].concat());
-        add_gated(&mut b, &here, (-3.0, 1.0), &one, &[(d_head[v], -1.0)]);
-        add_gated(&mut b, &from, (-3.0, 1.0), &one, &[(d_head[v], 1.0)]);
-    }
-    let runoff = all(&[
-        not(&mode),
-        wrap.clone(),
-        rlo[15].clone(),
-        rhi[7].clone(),
-        head[15].clone(),
-    ]);
-    add_gated(&mut b, &runoff, (-4.0, 1.0), &one, &[(runoff_s, 1.0)]);
-    c.add_block(b);
-    let next_rlo: Vec<Expr> = (0..16).map(|v| rlo[v].clone() + d_rlo[v]).collect();
-    let next_rhi: Vec<Expr> = (0..8).map(|v| rhi[v].clone() + d_rhi[v]).collect();
-    let next_head: Vec<Expr> = (0..16).map(|v| head[v].clone() + d_head[v]).collect();
+    let next = successor(c, [&head, &rhi, &rlo], &wrap, &mode);
+    let [next_head, next_rhi, next_rlo] = next.row;
+    let runoff = next.runoff + past_rom;
     let mut next_slot = vec![wrap.clone()];
     next_slot.extend((1..ROW_SLOTS).map(|v| slot[v - 1].clone()));
 
@@ -332,12 +314,14 @@ pub fn build(c: &mut Circuit, t: &Tok) -> Front {
     let picks: Vec<(String, Vec<Expr>)> = (0..ROW_SLOTS)
         .flat_map(|s| {
             [
-                (format!("user{s}"), vec![slot[s].clone(), not(&mode)]),
-                (format!("millicode{s}"), vec![slot[s].clone(), mode.clone()]),
+                (format!("user{s}"), vec![named[s].clone(), not(&mode)]),
+                (format!("millicode{s}"), vec![named[s].clone(), mode.clone()]),
             ]
         })
         .collect();
-    let picks = ands(c, "fetch.slot", &picks);
+    let mut picks = ands(c, "fetch.slot", &picks);
+    picks[0] = picks[0].clone() + start_user;
+    picks[1] = picks[1].clone() + start_millicode;
     let select = (0..ROW_SLOTS)
         .flat_map(|s| (0..8).map(move |k| (s, 8 * s + k)))
         .flat_map(|(s, e)| {
@@ -359,9 +343,10 @@ pub fn build(c: &mut Circuit, t: &Tok) -> Front {
             )
         })
         .collect();
-    // The row as one signal (see `row_onehot`): the read's digits fed ~780 input
-    // projection entries a pass, the row and head ~150.
-    let fetch_row = row_onehot(c, "fetch.row", &rhi, &rlo);
+    // The row as one signal (see `row_onehot`; the read's digits fed ~780 input
+    // projection entries a pass, the row and head ~150), and the next row's when the
+    // row has moved without an `x` (`row_offset`).
+    let fetch_row = fetch_row(c, base_rhi, base_rlo, &off.now);
     let levels = c.read(
         "fetch",
         rom,
@@ -525,12 +510,204 @@ pub fn build(c: &mut Circuit, t: &Tok) -> Front {
         next_rhi,
         next_rlo,
         next_slot,
-        runoff: Expr::signal(runoff_s),
+        runoff,
         pc_bits,
         nib,
         bits,
         link,
         staged,
         staged_row,
+    }
+}
+
+/// The row offset's memories (read in the first layer): whether the pc is one row past
+/// pc_base's, now and as the pass before left it.
+struct RowOffset {
+    now: Expr,
+    before: Expr,
+}
+
+/// `pc_base` changes only on `x`/`xm` tokens, which carry a row. A token with slot 8
+/// ("the next row, slot 0") moves the pc one row on without one: `pc_off` is set by a
+/// slot-8 token and cleared by `x`/`xm`, so a pass reads whether its row is one past
+/// pc_base's. It counts to one only, so a second slot-8 token since the last `x` must
+/// move the row by an `x` (a rebase pass), and tells itself from the first by
+/// `pc_off_before`, the same flag as the pass before left it: written on every running
+/// pass from the previous token (the conv's one-token delay), into row 0 after an `x`,
+/// `xm` or slot-8 token and into row 1 (never read) after any other.
+fn row_offset(c: &mut Circuit, t: &Tok, rows: usize, jumped: &Expr, slot8: &Expr) -> RowOffset {
+    let one = Expr::constant(1.0);
+    let entries = |delay: usize| {
+        vec![
+            (0, Delayed::ago(slot8.clone(), delay)),
+            (1, Delayed::ago(jumped.clone(), delay)),
+            (2, Delayed::now(one.clone())),
+        ]
+    };
+    let now = c.memory(
+        "pc_off",
+        1,
+        2,
+        "the pc is pc_base's row + 1: entry 0 set by a slot-8 token, entry 1 by x/xm, a pad",
+    );
+    c.write(Write {
+        memory: now,
+        address: row_zero(rows),
+        entries: entries(0),
+        enable: jumped.clone() + slot8.clone(),
+    });
+    let before = c.memory(
+        "pc_off_before",
+        1,
+        2,
+        "pc_off as the pass before left it: row 0 after an x, xm or slot-8 token, row 1 (unread) after others",
+    );
+    let moved = jumped.clone() + slot8.clone();
+    let mut address = vec![Delayed::ago(moved.clone(), 1), Delayed::ago(one.clone() - moved, 1)];
+    address.resize(rows, Delayed::now(Expr::zero()));
+    // Boot tokens write nothing here: a loaded boot computes their rows per token, so
+    // they must not depend on the token before.
+    let booting = t.kind(kind::BL) + t.kind(kind::BP) + t.kind(kind::BC);
+    c.write(Write {
+        memory: before,
+        address: Address::Rows(address),
+        entries: entries(1),
+        enable: one - booting,
+    });
+    let read = |c: &mut Circuit, name: &str, memory: usize| {
+        Expr::signal(c.read(name, memory, row_zero(rows), None, entry_outputs("on", 0..1))[0])
+    };
+    RowOffset {
+        now: read(c, "pc_off", now),
+        before: read(c, "pc_off_before", before),
+    }
+}
+
+/// The pc's row as one-hot digits: pc_base's, or the row after it when `off` is 1 (the
+/// row after user code's last is none: every head digit 0). One neuron per digit value
+/// that moves, shared by the value it leaves and the one it enters.
+fn effective_row(c: &mut Circuit, [head, rhi, rlo]: [&[Expr]; 3], off: &Expr) -> [Vec<Expr>; 3] {
+    let mut terms: Vec<(String, Vec<Expr>)> = Vec::new();
+    for (v, d) in rlo.iter().enumerate() {
+        terms.push((format!("rlo{v}"), vec![d.clone(), off.clone()]));
+    }
+    for (v, d) in rhi.iter().enumerate() {
+        terms.push((format!("rhi{v}"), vec![d.clone(), rlo[15].clone(), off.clone()]));
+    }
+    for (v, d) in head.iter().enumerate() {
+        terms.push((
+            format!("head{v}"),
+            vec![d.clone(), rhi[7].clone(), rlo[15].clone(), off.clone()],
+        ));
+    }
+    let moved = ands(c, "row.moved", &terms);
+    let (m_rlo, rest) = moved.split_at(rlo.len());
+    let (m_rhi, m_head) = rest.split_at(rhi.len());
+    let shift = |digits: &[Expr], leaving: &[Expr], wraps: bool| -> Vec<Expr> {
+        let n = digits.len();
+        (0..n)
+            .map(|v| {
+                let entering = match v {
+                    0 if !wraps => Expr::zero(),
+                    _ => leaving[(v + n - 1) % n].clone(),
+                };
+                digits[v].clone() - leaving[v].clone() + entering
+            })
+            .collect()
+    };
+    [
+        shift(head, m_head, false),
+        shift(rhi, m_rhi, true),
+        shift(rlo, m_rlo, true),
+    ]
+}
+
+/// The ROM fetch's row: pc_base's row (`rhi × rlo`) when `off` is 0, the row after it
+/// when 1 (row 0 after a head's last; [`effective_row`] moves the head).
+fn fetch_row(c: &mut Circuit, rhi: &[Expr], rlo: &[Expr], off: &Expr) -> Vec<Expr> {
+    let n = rhi.len() * rlo.len();
+    let digits = |r: usize| [rhi[r / rlo.len()].clone(), rlo[r % rlo.len()].clone()];
+    let terms: Vec<(String, Vec<Expr>)> = (0..n)
+        .flat_map(|r| {
+            let [h, l] = digits(r);
+            let [ph, pl] = digits((r + n - 1) % n);
+            [
+                (format!("row{r}"), vec![h, l, not(off)]),
+                (format!("after{r}"), vec![ph, pl, off.clone()]),
+            ]
+        })
+        .collect();
+    let pairs = ands(c, "fetch.row", &terms);
+    pairs.chunks(2).map(|p| p[0].clone() + p[1].clone()).collect()
+}
+
+/// The sequential successor's row (one-hot digits) and whether user code runs off the ROM.
+struct Successor {
+    row: [Vec<Expr>; 3],
+    runoff: Expr,
+}
+
+/// The row after `[head, rhi, rlo]` where `wrap` is 1, else the same row.
+fn successor(c: &mut Circuit, [head, rhi, rlo]: [&[Expr]; 3], wrap: &Expr, mode: &Expr) -> Successor {
+    let mut b = c.block("next_pc");
+    let d_rlo: Vec<_> = (0..16)
+        .map(|v| b.output(format!("drlo{v}"), Range::new(-1, 1)))
+        .collect();
+    let d_rhi: Vec<_> = (0..8)
+        .map(|v| b.output(format!("drhi{v}"), Range::new(-1, 1)))
+        .collect();
+    let d_head: Vec<_> = (0..16)
+        .map(|v| b.output(format!("dhead{v}"), Range::new(-1, 1)))
+        .collect();
+    let runoff_s = b.output("runoff", Range::BIT);
+    let one = Expr::constant(1.0);
+    for v in 0..16 {
+        let prev = (v + 15) % 16;
+        add_gated(
+            &mut b,
+            &all(&[rlo[v].clone(), wrap.clone()]),
+            (-1.0, 1.0),
+            &one,
+            &[(d_rlo[v], -1.0)],
+        );
+        add_gated(
+            &mut b,
+            &all(&[rlo[prev].clone(), wrap.clone()]),
+            (-1.0, 1.0),
+            &one,
+            &[(d_rlo[v], 1.0)],
+        );
+    }
+    for v in 0..8 {
+        let prev = (v + 7) % 8;
+        let carry = [wrap.clone(), rlo[15].clone()];
+        let here = all(&[&carry[..], &[rhi[v].clone()]].concat());
+        let from = all(&[&carry[..], &[rhi[prev].clone()]].concat());
+        add_gated(&mut b, &here, (-2.0, 1.0), &one, &[(d_rhi[v], -1.0)]);
+        add_gated(&mut b, &from, (-2.0, 1.0), &one, &[(d_rhi[v], 1.0)]);
+    }
+    for v in 0..16 {
+        let prev = (v + 15) % 16;
+        let carry = [wrap.clone(), rlo[15].clone(), rhi[7].clone()];
+        let here = all(&[&carry[..], &[head[v].clone()]].concat());
+        let from = all(&[&carry[..], &[head[prev].clone()]].concat());
+        add_gated(&mut b, &here, (-3.0, 1.0), &one, &[(d_head[v], -1.0)]);
+        add_gated(&mut b, &from, (-3.0, 1.0), &one, &[(d_head[v], 1.0)]);
+    }
+    let runoff = all(&[
+        not(mode),
+        wrap.clone(),
+        rlo[15].clone(),
+        rhi[7].clone(),
+        head[15].clone(),
+    ]);
+    add_gated(&mut b, &runoff, (-4.0, 1.0), &one, &[(runoff_s, 1.0)]);
+    c.add_block(b);
+    let next_rlo: Vec<Expr> = (0..16).map(|v| rlo[v].clone() + d_rlo[v]).collect();
+    let next_rhi: Vec<Expr> = (0..8).map(|v| rhi[v].clone() + d_rhi[v]).collect();
+    let next_head: Vec<Expr> = (0..16).map(|v| head[v].clone() + d_head[v]).collect();
+    Successor {
+        row: [next_head, next_rhi, next_rlo],
+        runoff: Expr::signal(runoff_s),
     }
 }

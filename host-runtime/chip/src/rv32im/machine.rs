@@ -12,7 +12,9 @@ use inband_golden::{Machine, RunEnd, Step, Trap, TrapCause};
 use thiserror::Error;
 
 use super::load::BootLoader;
-use super::tokens::{kind, nibble, row_digits, row_of, token, CAUSE_EXIT, LINE_WORDS, ROW_PIECES, ROW_SLOTS};
+use super::tokens::{
+    kind, nibble, row_digits, row_of, token, CAUSE_EXIT, LINE_WORDS, NEXT_ROW, ROM_ROWS, ROW_PIECES, ROW_SLOTS,
+};
 use super::{cls, low};
 use super::{Rv32Map, MILLICODE_FIRST_ROW};
 use crate::engine::{ChipRunner, PassEngine};
@@ -146,14 +148,22 @@ pub fn line_digits(line: usize) -> [usize; 4] {
     [line >> 11, (line >> 7) & 15, (line >> 4) & 7, line & 15]
 }
 
-/// The slot a token starts (None: it starts no instruction).
+/// The `slot` field of the kinds that carry one (`s l u o n`: 0..7, or [`NEXT_ROW`]).
+fn slot_field(t: &ChipToken) -> Option<usize> {
+    match t.kind {
+        kind::S | kind::L | kind::U | kind::O => Some(t.values[3.min(t.values.len() - 1)]),
+        kind::N => Some(t.values[0]),
+        _ => None,
+    }
+}
+
+/// The slot a token starts in the row the pc is in (None: it starts no instruction
+/// there; a [`NEXT_ROW`] slot may start slot 0 of the next: see [`ChipMachine::follow`]).
 fn started_slot(t: &ChipToken) -> Option<usize> {
     match t.kind {
-        kind::S | kind::L | kind::U | kind::O => Some(t.values[3.min(t.values.len() - 1)]).filter(|s| *s < ROW_SLOTS),
-        kind::N => Some(t.values[0]).filter(|s| *s < ROW_SLOTS),
         kind::X => Some(t.values[3]),
         kind::XM => Some(t.values[1]),
-        _ => None,
+        _ => slot_field(t).filter(|s| *s < ROW_SLOTS),
     }
 }
 
@@ -306,7 +316,11 @@ pub struct ChipMachine<'a> {
     image: ProgramImage,
     /// The token the next pass consumes.
     next: ChipToken,
+    /// The ROM row the pc is in.
     base_row: usize,
+    /// The row moved on by a [`NEXT_ROW`] slot since the last `x`/`xm` (the chip's
+    /// `pc_off`): another such slot moves it by an `x`, in a pass of its own.
+    row_moved: bool,
     /// The pc is in millicode (the last `x`/`xm` was `xm`).
     in_millicode: bool,
     /// A line fill is under way (from its `fz` to its `rr`).
@@ -374,6 +388,7 @@ impl<'a> ChipMachine<'a> {
             image: image.clone(),
             next: entry,
             base_row: 0,
+            row_moved: false,
             in_millicode: false,
             in_fill: false,
             in_flight: None,
@@ -453,12 +468,7 @@ impl<'a> ChipMachine<'a> {
     /// Follows one pass: the one consuming `self.next`. Some when the run ended.
     fn pass(&mut self, limit: u64, mut golden: Option<&mut Machine>) -> Result<Option<RunEnd>, ChipError> {
         let tok = self.next.clone();
-        let start = started_slot(&tok);
-        let (new_row, in_millicode) = match tok.kind {
-            kind::X => (row_of(tok.values[0], tok.values[1], tok.values[2]), false),
-            kind::XM => (MILLICODE_FIRST_ROW + tok.values[0], true),
-            _ => (self.base_row, self.in_millicode),
-        };
+        let (new_row, in_millicode, start) = self.follow(&tok);
         let user_start = start.filter(|_| !in_millicode);
         let mut retiring = false;
         let retired_pc = self.in_flight.unwrap_or(0);
@@ -487,6 +497,10 @@ impl<'a> ChipMachine<'a> {
             kind::RR => false,
             _ => self.in_fill,
         };
+        self.row_moved = match tok.kind {
+            kind::X | kind::XM => false,
+            _ => self.row_moved || slot_field(&tok) == Some(NEXT_ROW),
+        };
         self.base_row = new_row;
         self.in_millicode = in_millicode;
         if let Some(slot) = user_start {
@@ -510,6 +524,30 @@ impl<'a> ChipMachine<'a> {
         }
         self.next = out;
         Ok(None)
+    }
+
+    /// Where consuming `tok` puts the pc: its row, whether in millicode, and the slot it
+    /// starts (None: no instruction). A [`NEXT_ROW`] slot starts slot 0 of the next row
+    /// unless the row already moved since the last `x`/`xm` or is user code's last: then
+    /// the pass only moves the row (an `x`) or traps.
+    fn follow(&self, tok: &ChipToken) -> (usize, bool, Option<usize>) {
+        match tok.kind {
+            kind::X => (
+                row_of(tok.values[0], tok.values[1], tok.values[2]),
+                false,
+                started_slot(tok),
+            ),
+            kind::XM => (MILLICODE_FIRST_ROW + tok.values[0], true, started_slot(tok)),
+            _ if slot_field(tok) == Some(NEXT_ROW) => {
+                let past_rom = !self.in_millicode && self.base_row + 1 == ROM_ROWS;
+                if self.row_moved || past_rom {
+                    (self.base_row, self.in_millicode, None)
+                } else {
+                    (self.base_row + 1, self.in_millicode, Some(0))
+                }
+            }
+            _ => (self.base_row, self.in_millicode, started_slot(tok)),
+        }
     }
 
     /// Adds the instruction to a mismatch report.

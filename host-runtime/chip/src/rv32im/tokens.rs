@@ -29,7 +29,9 @@
 //!
 //! The pc is `ROM_BASE + 32·row + 4·slot`: the row lives in the chip's `pc_base` memory
 //! (written by `x` and `xm`), the slot travels in every token that starts an instruction. Slot 8
-//! means "the next row, slot 0": the pass that consumes it only moves the pc (`x`).
+//! means "the next row, slot 0": the pass that consumes it runs that instruction, the row
+//! one past `pc_base`'s (the chip's `pc_off` says so until the next `x`/`xm`); a second
+//! slot 8 before an `x`/`xm`, or one past user code's last row, only moves the pc (`x`) or traps.
 //! Millicode shares the pcs of the ROM's last head's first rows (`weightgen`'s `rv32im::millicode`);
 //! `xm` instead of `x` says the pc is in millicode.
 //!
