@@ -41,6 +41,13 @@ pub fn add_gated(b: &mut BlockBuilder, cond: &Expr, cond_range: (f64, f64), valu
     }
 }
 
+/// Adds the AND of `terms` into the outputs: one neuron (see [`all`]; each term 0/1, or at
+/// most 1 wherever the others are all 1).
+pub fn add_and(b: &mut BlockBuilder, terms: &[Expr], outputs: &[(Signal, f64)]) {
+    let lowest = 1.0 - terms.len() as f64;
+    add_gated(b, &all(terms), (lowest, 1.0), &Expr::constant(1.0), outputs);
+}
+
 /// Passes `value` through unchanged into the outputs (an identity neuron): how a
 /// signal is added into dimensions another signal already occupies.
 pub fn add_identity(b: &mut BlockBuilder, value: &Expr, outputs: &[(Signal, f64)]) {

@@ -13,7 +13,7 @@
 //!   high word.
 
 use inband_circuits::primitives::{
-    add, add_bits, add_gated, all, not, shift_with_fill, subtract_compare, BitSum, Word,
+    add, add_and, add_bits, add_gated, all, not, shift_with_fill, subtract_compare, BitSum, Word,
 };
 use inband_circuits::{Circuit, Expr, Range};
 
@@ -148,12 +148,12 @@ pub fn build(c: &mut Circuit, f: &Front, d: &Decoded, a: &RegValue, b: &RegValue
         for v in 0..4u64 {
             let mut t = pattern(src, 0, 2, v);
             t.push(class.clone());
-            add_gated(&mut blk, &all(&t), (-2.0, 1.0), &one, &[(low[v as usize], 1.0)]);
+            add_and(&mut blk, &t, &[(low[v as usize], 1.0)]);
         }
         for v in 0..8u64 {
             let mut t = pattern(src, 2, 3, v);
             t.push(class.clone());
-            add_gated(&mut blk, &all(&t), (-3.0, 1.0), &one, &[(high[v as usize], 1.0)]);
+            add_and(&mut blk, &t, &[(high[v as usize], 1.0)]);
         }
     }
     let arithmetic = k.sra.clone() + k.srai.clone();

@@ -11,7 +11,7 @@
 //! x30 its rs2, and writing x31 writes its rd. The `ctx` memories hold those register numbers and the return pc,
 //! written when the division instruction enters millicode.
 
-use inband_circuits::primitives::{add_gated, all, not};
+use inband_circuits::primitives::{add_and, add_gated, all, not};
 use inband_circuits::{Circuit, Delayed, Expr, Range, Write};
 
 use super::front::Front;
@@ -225,9 +225,8 @@ fn classes(c: &mut Circuit, f: &Front, user: &Expr) -> Classes {
     let mut b = c.block("decode");
     let mut class = |name: &str, mut terms: Vec<Expr>, gate: &[Expr]| -> Expr {
         terms.extend(gate.iter().cloned());
-        let n = terms.len() as f64;
         let s = b.output(name, Range::BIT);
-        add_gated(&mut b, &all(&terms), (1.0 - n, 1.0), &Expr::constant(1.0), &[(s, 1.0)]);
+        add_and(&mut b, &terms, &[(s, 1.0)]);
         Expr::signal(s)
     };
     let at_first = [first.clone()];

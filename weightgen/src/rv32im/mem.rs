@@ -146,19 +146,19 @@ struct LineChoices {
     rows: Vec<Expr>,
 }
 
-/// `exec` and `joined` are the digits (head, bank, rhi, rlo) of the executed access and of
-/// it or a boot line; reads take the first, writes (and rows) the second.
-fn line_choices(c: &mut Circuit, exec: [&[Expr]; 4], joined: [&[Expr]; 4], reads: &Expr, writes: &Expr) -> LineChoices {
-    let [_, _, rhi, rlo] = joined;
+/// `exec` is the executed access's (head, bank) digits, which reads choose by; `joined`
+/// the (head, bank, rhi, rlo) digits of it or a boot line, which writes and rows take.
+fn line_choices(c: &mut Circuit, exec: [&[Expr]; 2], joined: [&[Expr]; 4], reads: &Expr, writes: &Expr) -> LineChoices {
+    let [head, bank, rhi, rlo] = joined;
     LineChoices {
         read_heads: head_choices(c, "ram.read", exec, reads),
-        write_heads: head_choices(c, "ram.write", joined, writes),
+        write_heads: head_choices(c, "ram.write", [head, bank], writes),
         rows: row_onehot(c, "ram.row", rhi, rlo),
     }
 }
 
 /// [bank][head]: the AND of the head digit, the bank digit and `terms`.
-fn head_choices(c: &mut Circuit, name: &str, [head, bank, ..]: [&[Expr]; 4], terms: &Expr) -> Vec<Vec<Expr>> {
+fn head_choices(c: &mut Circuit, name: &str, [head, bank]: [&[Expr]; 2], terms: &Expr) -> Vec<Vec<Expr>> {
     let terms: Vec<(String, Vec<Expr>)> = (0..RAM_BANKS * head.len())
         .map(|i| {
             let (b, h) = (i / head.len(), i % head.len());
@@ -361,7 +361,7 @@ pub fn build(
     let reads = reads_word.clone() + fill_pass.clone();
     let lines = line_choices(
         c,
-        [&head, &bank, &rhi, &rlo],
+        [&head, &bank],
         [&w_head, &w_bank, &w_rhi, &w_rlo],
         &reads,
         &(writes_word.clone() + bl.clone()),

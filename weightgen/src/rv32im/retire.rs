@@ -9,7 +9,7 @@
 
 use inband_circuits::circuit::RowCode;
 use inband_circuits::contract::OUTPUT_UNIT;
-use inband_circuits::primitives::{add_gated, all, not};
+use inband_circuits::primitives::{add_and, add_gated, all, not};
 use inband_circuits::{Circuit, Delayed, Expr, Output, Range, Write};
 
 use super::alu::Executed;
@@ -56,7 +56,7 @@ pub fn build(c: &mut Circuit, t: &Tok, f: &Front, d: &Decoded, r: &RegFile, x: &
     let mut blk = c.block("target.check");
     let in_rom = blk.output("in_rom", Range::BIT);
     let rom_high = super::wires::pattern(tb, 16, 16, (inband_firmware::memory_map::ROM_BASE >> 16) as u64);
-    add_gated(&mut blk, &all(&rom_high), (-16.0, 1.0), &one, &[(in_rom, 1.0)]);
+    add_and(&mut blk, &rom_high, &[(in_rom, 1.0)]);
     c.add_block(blk);
     let misaligned = tb[1].clone();
     let mut blk = c.block("target.ok");

@@ -1,7 +1,7 @@
 //! Small helpers for wiring the chip: token signals as expressions, one-hot codes,
 //! bit patterns, addresses.
 
-use inband_circuits::primitives::{add_gated, all};
+use inband_circuits::primitives::{add_and, all};
 use inband_circuits::{Address, Circuit, Delayed, Expr, Range, ReadOutput, Signal};
 
 /// The chip token's kind and field signals as expressions.
@@ -138,8 +138,7 @@ pub fn ands(c: &mut Circuit, name: &str, terms: &[(String, Vec<Expr>)]) -> Vec<E
         .iter()
         .map(|(n, t)| {
             let out = blk.output(n.clone(), Range::BIT);
-            let lowest = 1.0 - t.len() as f64;
-            add_gated(&mut blk, &all(t), (lowest, 1.0), &Expr::constant(1.0), &[(out, 1.0)]);
+            add_and(&mut blk, t, &[(out, 1.0)]);
             Expr::signal(out)
         })
         .collect();
