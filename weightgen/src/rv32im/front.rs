@@ -174,31 +174,9 @@ pub fn build(c: &mut Circuit, t: &Tok) -> Front {
     let (base_head, base_rhi, base_rlo) = (&base[..16], &base[16..24], &base[24..40]);
     let mode = base[41].clone();
 
-    // A slot-8 token runs slot 0 of the next row in the pass that consumes it, unless the
-    // row already moved since the last `x`/`xm` (then that pass is a rebase: an `x`
-    // moves the row) or the row is user code's last (then it traps).
     let off = row_offset(c, t, rows, &jumped, &slot8);
-    let nexts = ands(
-        c,
-        "row.next",
-        &[
-            ("user".into(), vec![slot8.clone(), not(&off.before), not(&mode)]),
-            ("millicode".into(), vec![slot8.clone(), not(&off.before), mode.clone()]),
-            (
-                "past_rom".into(),
-                vec![
-                    slot8.clone(),
-                    not(&off.before),
-                    not(&mode),
-                    base_head[15].clone(),
-                    base_rhi[7].clone(),
-                    base_rlo[15].clone(),
-                ],
-            ),
-        ],
-    );
-    let past_rom = nexts[2].clone();
-    let (start_user, start_millicode) = (nexts[0].clone() - past_rom.clone(), nexts[1].clone());
+    let next_row = next_row_start(c, &slot8, &off.before, &mode, [base_head, base_rhi, base_rlo]);
+    let (start_user, start_millicode) = (next_row.user.clone(), next_row.millicode.clone());
     let start = start_user.clone() + start_millicode.clone();
     let rebase = slot8 - start.clone();
     let first = (0..ROW_SLOTS).fold(jumped.clone() + t.kind(kind::RR) + start.clone(), |e, v| {
@@ -213,7 +191,7 @@ pub fn build(c: &mut Circuit, t: &Tok) -> Front {
     let wrap = slot[ROW_SLOTS - 1].clone() + rebase.clone();
     let next = successor(c, [&head, &rhi, &rlo], &wrap, &mode);
     let [next_head, next_rhi, next_rlo] = next.row;
-    let runoff = next.runoff + past_rom;
+    let runoff = next.runoff + next_row.past_rom;
     let mut next_slot = vec![wrap.clone()];
     next_slot.extend((1..ROW_SLOTS).map(|v| slot[v - 1].clone()));
 
@@ -580,6 +558,46 @@ fn row_offset(c: &mut Circuit, t: &Tok, rows: usize, jumped: &Expr, slot8: &Expr
     RowOffset {
         now: read(c, "pc_off", now),
         before: read(c, "pc_off_before", before),
+    }
+}
+
+/// What a slot-8 token does in the pass that consumes it (each 0/1).
+struct NextRowStart {
+    /// It runs slot 0 of the next row, in user code or in millicode.
+    user: Expr,
+    millicode: Expr,
+    /// The row is user code's last: it traps (as a rebase pass that runs off the ROM).
+    past_rom: Expr,
+}
+
+/// A slot-8 token runs slot 0 of the next row unless the row already moved since the
+/// last `x`/`xm` (`moved_before`: then the pass is a rebase, an `x` moves the row) or the
+/// row is user code's last (then it traps).
+fn next_row_start(
+    c: &mut Circuit,
+    slot8: &Expr,
+    moved_before: &Expr,
+    mode: &Expr,
+    [head, rhi, rlo]: [&[Expr]; 3],
+) -> NextRowStart {
+    let first_move = [slot8.clone(), not(moved_before)];
+    let with = |more: Vec<Expr>| [&first_move[..], &more[..]].concat();
+    let nexts = ands(
+        c,
+        "row.next",
+        &[
+            ("user".into(), with(vec![not(mode)])),
+            ("millicode".into(), with(vec![mode.clone()])),
+            (
+                "past_rom".into(),
+                with(vec![not(mode), head[15].clone(), rhi[7].clone(), rlo[15].clone()]),
+            ),
+        ],
+    );
+    NextRowStart {
+        user: nexts[0].clone() - nexts[2].clone(),
+        millicode: nexts[1].clone(),
+        past_rom: nexts[2].clone(),
     }
 }
 
