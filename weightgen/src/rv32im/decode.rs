@@ -77,6 +77,10 @@ pub struct Decoded {
     pub class: Classes,
     /// The immediate's bits (format chosen by the opcode), 0 when nothing is fetched.
     pub imm: Vec<Expr>,
+    /// The same bits of loads and stores only, 0 on every other pass: the memory unit's
+    /// address digits read them on every pass (their thresholds' gate rows), where a
+    /// nonzero bit costs an entry in each of ~480 rows.
+    pub mem_imm: Vec<Expr>,
     pub rs1: RegRows,
     pub rs2: RegRows,
     pub rd: RegRows,
@@ -109,12 +113,13 @@ pub fn build(c: &mut Circuit, f: &Front) -> Decoded {
     let user = not(&f.mode);
     let (ca, cb) = millicode_context(c, f, &user);
     let class = classes(c, f, &user);
-    let imm = immediates(c, f);
+    let (imm, mem_imm) = immediates(c, f);
     let (rs1, rs2, rd, rd_zero) = register_numbers(c, f, &user, &ca, &cb);
     let bits = &f.bits;
     Decoded {
         class,
         imm,
+        mem_imm,
         rs1,
         rs2,
         rd,
@@ -240,18 +245,10 @@ fn classes(c: &mut Circuit, f: &Front, user: &Expr) -> Classes {
     let branch = [0b000, 0b001, 0b100, 0b101, 0b110, 0b111]
         .map(|f3| class(&format!("branch{f3}"), terms(bits, op3(0b1100011, f3)), &at_first));
     let load = [0b000, 0b001, 0b010, 0b100, 0b101]
-        .map(|f3| class(&format!("load{f3}"), terms(bits, op3(0b0000011, f3)), &at_first));
-    let store =
-        [0b000, 0b001, 0b010].map(|f3| class(&format!("store{f3}"), terms(bits, op3(0b0100011, f3)), &at_first));
-    let sbsh_commit = class(
-        "sb.commit",
-        terms(bits, op3(0b0100011, 0)),
-        std::slice::from_ref(&f.commit),
-    ) + class(
-        "sh.commit",
-        terms(bits, op3(0b0100011, 1)),
-        std::slice::from_ref(&f.commit),
-    );
+        .map(|f3| class(&format!("load{f3}"), terms(bits, op3(LOAD, f3)), &at_first));
+    let store = [0b000, 0b001, 0b010].map(|f3| class(&format!("store{f3}"), terms(bits, op3(STORE, f3)), &at_first));
+    let sbsh_commit = class("sb.commit", terms(bits, op3(STORE, 0)), std::slice::from_ref(&f.commit))
+        + class("sh.commit", terms(bits, op3(STORE, 1)), std::slice::from_ref(&f.commit));
     let imm_op = |f3| terms(bits, op3(0b0010011, f3));
     let addi = class("addi", imm_op(0b000), &at_first);
     let slti = class("slti", imm_op(0b010), &at_first);
@@ -361,9 +358,14 @@ fn classes(c: &mut Circuit, f: &Front, user: &Expr) -> Classes {
     }
 }
 
+/// The load and store opcodes.
+const LOAD: u64 = 0b0000011;
+const STORE: u64 = 0b0100011;
+
 /// The immediate's bits, per opcode family (which instruction bit lands in immediate bit
-/// i), one-hot; zero when nothing is fetched.
-fn immediates(c: &mut Circuit, f: &Front) -> Vec<Expr> {
+/// i), one-hot; zero when nothing is fetched. Then the same bits of loads and stores
+/// only (see `Decoded::mem_imm`).
+fn immediates(c: &mut Circuit, f: &Front) -> (Vec<Expr>, Vec<Expr>) {
     let bits = &f.bits;
     const SIGN: usize = 31;
     let src_i = |i: usize| Some(if i <= 10 { 20 + i } else { SIGN });
@@ -392,9 +394,9 @@ fn immediates(c: &mut Circuit, f: &Front) -> Vec<Expr> {
     type Source = Box<dyn Fn(usize) -> Option<usize>>;
     let families: Vec<(u64, Source)> = vec![
         (0b1100111, Box::new(src_i)),
-        (0b0000011, Box::new(src_i)),
+        (LOAD, Box::new(src_i)),
         (0b0010011, Box::new(src_i)),
-        (0b0100011, Box::new(src_s)),
+        (STORE, Box::new(src_s)),
         (0b1100011, Box::new(src_b)),
         (0b0110111, Box::new(src_u)),
         (0b0010111, Box::new(src_u)),
@@ -402,16 +404,23 @@ fn immediates(c: &mut Circuit, f: &Front) -> Vec<Expr> {
     ];
     let mut b = c.block("imm");
     let imm_s: Vec<_> = (0..32).map(|i| b.output(format!("b{i}"), Range::BIT)).collect();
+    let mem_s: Vec<_> = (0..32).map(|i| b.output(format!("m{i}"), Range::BIT)).collect();
     for (opcode, src) in &families {
+        let memory = matches!(*opcode, LOAD | STORE);
         for (i, out) in imm_s.iter().enumerate() {
             if let Some(bit) = src(i) {
                 let cond = all_of(pattern(bits, 0, 7, *opcode), &[bits[bit].clone(), f.fetch.clone()]);
-                add_gated(&mut b, &cond, (-8.0, 1.0), &Expr::constant(1.0), &[(*out, 1.0)]);
+                let outs = if memory {
+                    vec![(*out, 1.0), (mem_s[i], 1.0)]
+                } else {
+                    vec![(*out, 1.0)]
+                };
+                add_gated(&mut b, &cond, (-8.0, 1.0), &Expr::constant(1.0), &outs);
             }
         }
     }
     c.add_block(b);
-    oh(&imm_s)
+    (oh(&imm_s), oh(&mem_s))
 }
 
 /// Register numbers: each field becomes a one-hot over the register file's 64 rows (user
