@@ -82,6 +82,16 @@ pub struct MemoryUnit {
     pub banks: Vec<usize>,
 }
 
+/// 1 on a pass that reads or writes memory by address: a load or store, a byte/halfword
+/// commit, a line fill (the passes whose address digits are used).
+pub fn addressing(t: &Tok, k: &Classes) -> Expr {
+    let fill_pass = t.kind(kind::FZ) + t.kind(kind::FS) + t.kind(kind::F3);
+    k.load
+        .iter()
+        .chain(&k.store)
+        .fold(k.sbsh_commit.clone() + fill_pass, |e, x| e + x.clone())
+}
+
 /// One-hot digits of the byte address rs1 + imm, straight from the operands: a digit
 /// made of address bits lo..hi is a function of X = the sum of both operands' bits 0..hi
 /// (an exact integer below 2^19), namely floor(X / 2^lo) mod 2^(hi-lo); thresholds at the

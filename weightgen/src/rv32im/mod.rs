@@ -68,9 +68,9 @@ pub fn circuit(target: Target) -> Result<(Circuit, StateMap), Unfit> {
     let t = wires::Tok::new(&c);
     let f = front::build(&mut c, &t);
     let d = decode::build(&mut c, &f);
-    let r = regs::build(&mut c, &t, &f, &d.rd, &d.rs1, &d.rs2);
+    let r = regs::build(&mut c, &t, &f, [&d.rd, &d.rs1, &d.rs2], &mem::addressing(&t, &d.class));
     let x = alu::build(&mut c, &f, &d, &r.rs1, &r.rs2);
-    let m = mem::build(&mut c, &t, &f, &d.class, &r.rs1, &r.rs2, &d.mem_imm, &x.address);
+    let m = mem::build(&mut c, &t, &f, &d.class, &r.rs1_address, &r.rs2, &d.mem_imm, &x.address);
     retire::build(&mut c, &t, &f, &d, &r, &x, &m);
     Ok((
         c,

@@ -62,6 +62,10 @@ pub struct PortMemories {
 pub struct RegFile {
     pub rs1: RegValue,
     pub rs2: RegValue,
+    /// rs1's bits 0..19 on a pass that reads or writes memory, 0 on every other: the
+    /// memory unit's address digits read them in ~480 gate rows, where each nonzero bit
+    /// of the rs1 port costs an entry in each on every pass.
+    pub rs1_address: RegValue,
     /// rd's nibbles 3..7 (levels) before this pass's instruction writes it.
     pub rd_upper: Vec<Expr>,
     /// The rs1 port's memories.
@@ -92,8 +96,9 @@ enum Part {
 const UP34_PADS: std::ops::Range<usize> = 32..38;
 const UP567_PADS: std::ops::Range<usize> = 48..53;
 
-/// Builds the file and reads `rs1`, `rs2` and rd's upper nibbles.
-pub fn build(c: &mut Circuit, t: &Tok, f: &Front, rd: &RegRows, rs1: &RegRows, rs2: &RegRows) -> RegFile {
+/// Builds the file and reads `rs1`, `rs2` and rd's upper nibbles, and rs1's bits 0..19
+/// again where `addressing` is 1 (zero elsewhere).
+pub fn build(c: &mut Circuit, t: &Tok, f: &Front, [rd, rs1_rows, rs2]: [&RegRows; 3], addressing: &Expr) -> RegFile {
     let (s, l, lk, u, m, h) = (
         t.kind(kind::S),
         t.kind(kind::L),
@@ -162,7 +167,12 @@ pub fn build(c: &mut Circuit, t: &Tok, f: &Front, rd: &RegRows, rs1: &RegRows, r
     // entries, so consumers see one signal per bit) and, where store data needs them, the
     // one-hot nibbles. The rd port reads only the memories of nibbles 3..7: a part a port
     // does not read has no memory there and its outputs read as zero.
-    let mut port = |name: &str, register: &RegRows, with_onehot: bool, parts: &[Part]| -> (RegValue, PortParts) {
+    let mut port = |name: &str,
+                    register: &RegRows,
+                    with_onehot: bool,
+                    parts: &[Part],
+                    gate: Option<&Expr>|
+     -> (RegValue, PortParts) {
         let bit_entries = |base: usize, i: usize| -> Vec<(usize, f64)> {
             (1..16).filter(|v| v >> i & 1 == 1).map(|v| (base + v, 1.0)).collect()
         };
@@ -227,11 +237,12 @@ pub fn build(c: &mut Circuit, t: &Tok, f: &Front, rd: &RegRows, rs1: &RegRows, r
                 }
             }
             let names: Vec<String> = outs.iter().map(|(n, _, _)| n.clone()).collect();
+            let select = gate.map(|g| (0..c.target.entries_per_value_head).map(|e| (e, g.clone())).collect());
             let signals = c.read(
                 &format!("{name}.{label}"),
                 mem,
                 row_address(register, 0, rows),
-                None,
+                select,
                 outs,
             );
             let read = names
@@ -287,12 +298,20 @@ pub fn build(c: &mut Circuit, t: &Tok, f: &Front, rd: &RegRows, rs1: &RegRows, r
         (RegValue::from_bits(bits, onehot), memories)
     };
     let all_parts = [Part::Low, Part::Cls, Part::Up34, Part::Up567];
-    let (rs1, mems) = port("rs1", rs1, false, &all_parts);
-    let (rs2, _) = port("rs2", rs2, true, &all_parts);
-    let (rd_value, _) = port("rd", rd, false, &[Part::Cls, Part::Up34, Part::Up567]);
+    let (rs1, mems) = port("rs1", rs1_rows, false, &all_parts, None);
+    let (rs2, _) = port("rs2", rs2, true, &all_parts, None);
+    let (rd_value, _) = port("rd", rd, false, &[Part::Cls, Part::Up34, Part::Up567], None);
+    let (rs1_address, _) = port(
+        "rs1a",
+        rs1_rows,
+        false,
+        &[Part::Low, Part::Cls, Part::Up34],
+        Some(addressing),
+    );
     RegFile {
         rs1,
         rs2,
+        rs1_address,
         rd_upper: rd_value.nibbles[3..].to_vec(),
         memories: PortMemories {
             low: mems.memory(Part::Low),
