@@ -57,7 +57,7 @@ pub fn io(path: &Path) -> impl FnOnce(std::io::Error) -> PackError + '_ {
 /// How a layer tensor's axes relate to the residual stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ResidualAxis {
-    /// A [H] vector over the residual (the zero-centred norms).
+    /// A vector of the residual's width, `[H]` (the zero-centred norms).
     Vector,
     /// A matrix reading the residual: its columns are residual dimensions.
     Columns,

@@ -63,7 +63,12 @@
 // share of the work); the channel outputs without branches (every silu computed: −6 %);
 // down and out_proj columns added by the whole warp, one column at a time (−22 %); a
 // channel's table loaded only where its scattered sum is nonzero, from per-head masks of
-// the channels that are then ±0 (−3 %: the loads waited on a shared read first).
+// the channels that are then ±0 (−3 %: the loads waited on a shared read first); a head's
+// value-channel, z-gate and out_proj-start tables prefetched into L1 at its entry (−3 %:
+// every head's chain grew by 1–2 k cycles, in the layers with many heads too, so a head's
+// stages are bound by the issue of its memory instructions as much as by their latency); a
+// wide down column's entries loaded four at a time (+0.1 %, noise); the input rows zeroed
+// with float4 stores (−0.3 %).
 
 // The phases of the -DPROFILE cycle counts, per layer (MARK in chip_common.cuh, indexed
 // by the layer l being run).
