@@ -67,8 +67,8 @@
 // value-channel, z-gate and out_proj-start tables prefetched into L1 at its entry (−3 %:
 // every head's chain grew by 1–2 k cycles, in the layers with many heads too, so a head's
 // stages are bound by the issue of its memory instructions as much as by their latency); a
-// wide down column's entries loaded four at a time (+0.1 %, noise); the input rows zeroed
-// with float4 stores (−0.3 %).
+// wide down column's entries loaded four at a time (−0.2 to +0.3 %, noise); the input rows
+// zeroed with float4 stores (−0.0 to −0.5 %).
 
 // The phases of the -DPROFILE cycle counts, per layer (MARK in chip_common.cuh, indexed
 // by the layer l being run).
