@@ -86,10 +86,8 @@ pub struct MemoryUnit {
 /// commit, a line fill (the passes whose address digits are used).
 pub fn addressing(t: &Tok, k: &Classes) -> Expr {
     let fill_pass = t.kind(kind::FZ) + t.kind(kind::FS) + t.kind(kind::F3);
-    k.load
-        .iter()
-        .chain(&k.store)
-        .fold(k.sbsh_commit.clone() + fill_pass, |e, x| e + x.clone())
+    let sum = |xs: &[Expr]| xs.iter().fold(Expr::zero(), |e, x| e + x.clone());
+    sum(&k.load) + sum(&k.store) + k.sbsh_commit.clone() + fill_pass
 }
 
 /// One-hot digits of the byte address rs1 + imm, straight from the operands: a digit
@@ -210,7 +208,7 @@ pub fn build(
     // The line's digits on every pass that touches memory (fill passes re-run the store);
     // the word's digits separately for cache writes (word stores and commits) and for
     // bank reads (loads and the merge reads of byte/halfword stores).
-    let access = load_any.clone() + store_any.clone() + k.sbsh_commit.clone() + fill_pass.clone();
+    let access = addressing(t, k);
     let line_specs = [("rlo", 5, 4), ("rhi", 9, 3), ("head", 12, 4), ("bank", 16, 2)];
     let mut line = address_digits(c, "ram.line", &rs1.bits, imm, &access, &line_specs).into_iter();
     let (rlo, rhi, head, bank) = (
