@@ -29,7 +29,9 @@ pub const FORMAT: &str = "inband-chip-pack";
 /// 2: the manifest says where every memory lives and what the RV32IM host needs.
 /// 3: a token with slot 8 runs slot 0 of the next ROM row (the chip's `pc_off`), where
 /// it only moved the row before: the same tokens, another protocol.
-pub const FORMAT_VERSION: u32 = 3;
+/// 4: a second move since the last `x` is a token of its own (slot 9, `REBASE`), where
+/// the chip told the two apart from the pass before.
+pub const FORMAT_VERSION: u32 = 4;
 pub const TENSORS_FILE: &str = "chip.safetensors";
 pub const MANIFEST_FILE: &str = "manifest.json";
 pub const REPORT_FILE: &str = "report.txt";

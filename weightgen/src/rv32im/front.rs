@@ -1,8 +1,8 @@
 //! The front end: which pass this is, the pc, the ROM and the instruction's bits.
 //!
 //! - `pc_base` (one row, first layer): the ROM row of the last `x`/`xm` token and the mode
-//!   (user code or millicode); `pc_off` (and `pc_off_before`, see `row_offset`): the pc
-//!   is one row further, where a slot-8 token ran on into the next row since.
+//!   (user code or millicode); `pc_off` (see `row_offset`): the pc is one row further,
+//!   where a slot-8 token ran on into the next row since.
 //! - `rom_staging` (anchored, 32 rows): boot `bp` tokens stage a ROM row (or a RAM line)
 //!   two nibbles at a time; `bc` (`bl`) reads all 32 rows at once and writes the row into
 //!   the ROM (a RAM bank).
@@ -22,7 +22,7 @@ use inband_circuits::primitives::{add_gated, all, level_onehot, not};
 use inband_circuits::{Address, Circuit, Delayed, Expr, Range, Write};
 
 use super::millicode;
-use super::tokens::{field, kind, nibble, row_digits, NEXT_ROW, ROW_PIECES, ROW_SLOTS};
+use super::tokens::{field, kind, nibble, row_digits, NEXT_ROW, REBASE, ROW_PIECES, ROW_SLOTS};
 use super::wires::{ands, entry_outputs, oh, onehot_bits, row_zero, Tok};
 
 /// Anchor of the ROM's rows: levels up to 15 in 120 entries (user code and millicode)
@@ -80,8 +80,8 @@ pub struct Front {
     pub first: Expr,
     /// The consumed token is `w3` with a slot: the byte/halfword store there commits.
     pub commit: Expr,
-    /// The consumed token carries slot 8 and the row moved on since the last `x`/`xm`
-    /// (or is user code's last): this pass only moves to the next row (or traps).
+    /// The consumed token carries slot 9 (the row moved on since the last `x`/`xm`), or
+    /// slot 8 at user code's last row: this pass only moves to the next row (or traps).
     pub rebase: Expr,
     /// One-hot of the slot whose instruction is fetched this pass (0..8; none when no
     /// instruction is fetched).
@@ -96,6 +96,9 @@ pub struct Front {
     pub mode: Expr,
     /// The sequential next pc's slot is 0 of the next row.
     pub wrap: Expr,
+    /// Slot 7 runs in a row that already moved on since the last `x`/`xm` (`pc_off`): the
+    /// next token's slot is 9, not 8 (its pass moves the row by an `x`).
+    pub wrap_moved: Expr,
     /// The sequential next pc: row digits and slot (one-hot).
     pub next_head: Vec<Expr>,
     pub next_rhi: Vec<Expr>,
@@ -120,14 +123,14 @@ pub struct Front {
 pub fn build(c: &mut Circuit, t: &Tok) -> Front {
     let rows = c.target.rows_per_head;
     let heads = c.target.key_heads;
-    let slot9 = t.field(field::SLOT).to_vec();
+    let slot_field = t.field(field::SLOT).to_vec();
     let jumped = t.kind(kind::X) + t.kind(kind::XM);
-    let slot8 = slot9[NEXT_ROW].clone();
+    let slot8 = slot_field[NEXT_ROW].clone();
     let commit = (0..ROW_SLOTS).fold(Expr::zero(), |e, v| e + t.field(field::WSLOT)[v].clone());
-    // The slots the consumed token names (slot 8 aside: see `row_offset`).
+    // The slots the consumed token names (slots 8 and 9 aside: see `row_offset`).
     let named: Vec<Expr> = (0..ROW_SLOTS)
         .map(|v| {
-            slot9[v].clone()
+            slot_field[v].clone()
                 + t.field(field::XSLOT)[v].clone()
                 + t.field(field::MSLOT)[v].clone()
                 + t.field(field::LKSLOT)[v].clone()
@@ -174,18 +177,24 @@ pub fn build(c: &mut Circuit, t: &Tok) -> Front {
     let (base_head, base_rhi, base_rlo) = (&base[..16], &base[16..24], &base[24..40]);
     let mode = base[41].clone();
 
-    let off = row_offset(c, t, rows, &jumped, &slot8);
-    let next_row = next_row_start(c, &slot8, &off.before, &mode, [base_head, base_rhi, base_rlo]);
+    let off_now = row_offset(c, rows, &jumped, &slot8);
+    let next_row = next_row_start(c, &slot8, &mode, [base_head, base_rhi, base_rlo]);
     let (start_user, start_millicode) = (next_row.user.clone(), next_row.millicode.clone());
     let start = start_user.clone() + start_millicode.clone();
-    let rebase = slot8 - start.clone();
+    let rebase = slot_field[REBASE].clone() + next_row.past_rom.clone();
     let first = (0..ROW_SLOTS).fold(jumped.clone() + t.kind(kind::RR) + start.clone(), |e, v| {
-        e + slot9[v].clone()
+        e + slot_field[v].clone()
     });
     let mut slot = named.clone();
     slot[0] = slot[0].clone() + start;
     let fetch = slot.iter().fold(Expr::zero(), |e, s| e + s.clone());
-    let [head, rhi, rlo] = effective_row(c, [base_head, base_rhi, base_rlo], &off.now);
+    let [head, rhi, rlo] = effective_row(c, [base_head, base_rhi, base_rlo], &off_now);
+    let wrap_moved = ands(
+        c,
+        "row.wrap_moved",
+        &[("slot7".into(), vec![slot[ROW_SLOTS - 1].clone(), off_now.clone()])],
+    )
+    .remove(0);
 
     // The sequential successor.
     let wrap = slot[ROW_SLOTS - 1].clone() + rebase.clone();
@@ -324,7 +333,7 @@ pub fn build(c: &mut Circuit, t: &Tok) -> Front {
     // The row as one signal (see `row_onehot`; the read's digits fed ~780 input
     // projection entries a pass, the row and head ~150), and the next row's when the
     // row has moved without an `x` (`row_offset`).
-    let fetch_row = fetch_row(c, base_rhi, base_rlo, &off.now);
+    let fetch_row = fetch_row(c, base_rhi, base_rlo, &off_now);
     let levels = c.read(
         "fetch",
         rom,
@@ -484,6 +493,7 @@ pub fn build(c: &mut Circuit, t: &Tok) -> Front {
         rlo,
         mode,
         wrap,
+        wrap_moved,
         next_head,
         next_rhi,
         next_rlo,
@@ -498,30 +508,13 @@ pub fn build(c: &mut Circuit, t: &Tok) -> Front {
     }
 }
 
-/// The row offset's memories (read in the first layer): whether the pc is one row past
-/// pc_base's, now and as the pass before left it.
-struct RowOffset {
-    now: Expr,
-    before: Expr,
-}
-
 /// `pc_base` changes only on `x`/`xm` tokens, which carry a row. A token with slot 8
 /// ("the next row, slot 0") moves the pc one row on without one: `pc_off` is set by a
-/// slot-8 token and cleared by `x`/`xm`, so a pass reads whether its row is one past
-/// pc_base's. It counts to one only, so a second slot-8 token since the last `x` must
-/// move the row by an `x` (a rebase pass), and tells itself from the first by
-/// `pc_off_before`, the same flag as the pass before left it: written on every running
-/// pass from the previous token (the conv's one-token delay), into row 0 after an `x`,
-/// `xm` or slot-8 token and into row 1 (never read) after any other.
-fn row_offset(c: &mut Circuit, t: &Tok, rows: usize, jumped: &Expr, slot8: &Expr) -> RowOffset {
-    let one = Expr::constant(1.0);
-    let entries = |delay: usize| {
-        vec![
-            (0, Delayed::ago(slot8.clone(), delay)),
-            (1, Delayed::ago(jumped.clone(), delay)),
-            (2, Delayed::now(one.clone())),
-        ]
-    };
+/// slot-8 token and cleared by `x`/`xm`, so a pass reads (in the first layer) whether its
+/// row is one past pc_base's. It counts to one only: the pass that runs slot 7 of a row
+/// that already moved chooses slot 9 (`REBASE`) instead, whose pass moves the row by an
+/// `x` (see `Front::wrap_moved`).
+fn row_offset(c: &mut Circuit, rows: usize, jumped: &Expr, slot8: &Expr) -> Expr {
     let now = c.memory(
         "pc_off",
         1,
@@ -531,34 +524,14 @@ fn row_offset(c: &mut Circuit, t: &Tok, rows: usize, jumped: &Expr, slot8: &Expr
     c.write(Write {
         memory: now,
         address: row_zero(rows),
-        entries: entries(0),
+        entries: vec![
+            (0, Delayed::now(slot8.clone())),
+            (1, Delayed::now(jumped.clone())),
+            (2, Delayed::now(Expr::constant(1.0))),
+        ],
         enable: jumped.clone() + slot8.clone(),
     });
-    let before = c.memory(
-        "pc_off_before",
-        1,
-        2,
-        "pc_off as the pass before left it: row 0 after an x, xm or slot-8 token, row 1 (unread) after others",
-    );
-    let moved = jumped.clone() + slot8.clone();
-    let mut address = vec![Delayed::ago(moved.clone(), 1), Delayed::ago(one.clone() - moved, 1)];
-    address.resize(rows, Delayed::now(Expr::zero()));
-    // Boot tokens write nothing here: a loaded boot computes their rows per token, so
-    // they must not depend on the token before.
-    let booting = t.kind(kind::BL) + t.kind(kind::BP) + t.kind(kind::BC);
-    c.write(Write {
-        memory: before,
-        address: Address::Rows(address),
-        entries: entries(1),
-        enable: one - booting,
-    });
-    let read = |c: &mut Circuit, name: &str, memory: usize| {
-        Expr::signal(c.read(name, memory, row_zero(rows), None, entry_outputs("on", 0..1))[0])
-    };
-    RowOffset {
-        now: read(c, "pc_off", now),
-        before: read(c, "pc_off_before", before),
-    }
+    Expr::signal(c.read("pc_off", now, row_zero(rows), None, entry_outputs("on", 0..1))[0])
 }
 
 /// What a slot-8 token does in the pass that consumes it (each 0/1).
@@ -570,18 +543,10 @@ struct NextRowStart {
     past_rom: Expr,
 }
 
-/// A slot-8 token runs slot 0 of the next row unless the row already moved since the
-/// last `x`/`xm` (`moved_before`: then the pass is a rebase, an `x` moves the row) or the
-/// row is user code's last (then it traps).
-fn next_row_start(
-    c: &mut Circuit,
-    slot8: &Expr,
-    moved_before: &Expr,
-    mode: &Expr,
-    [head, rhi, rlo]: [&[Expr]; 3],
-) -> NextRowStart {
-    let first_move = [slot8.clone(), not(moved_before)];
-    let with = |more: Vec<Expr>| [&first_move[..], &more[..]].concat();
+/// A slot-8 token runs slot 0 of the next row unless the row is user code's last (then it
+/// traps). (Where the row already moved since the last `x`/`xm` the token has slot 9.)
+fn next_row_start(c: &mut Circuit, slot8: &Expr, mode: &Expr, [head, rhi, rlo]: [&[Expr]; 3]) -> NextRowStart {
+    let with = |more: Vec<Expr>| [&[slot8.clone()][..], &more[..]].concat();
     let nexts = ands(
         c,
         "row.next",

@@ -18,7 +18,7 @@ use super::front::Front;
 use super::mem::MemoryUnit;
 use super::millicode;
 use super::regs::RegFile;
-use super::tokens::{field, kind, row_digits, up, CAUSE_EXIT, NEXT_ROW};
+use super::tokens::{field, kind, row_digits, up, CAUSE_EXIT, NEXT_ROW, REBASE};
 use super::wires::{bits_value, entry_outputs, nibble_values, oh, one_row, value, Tok};
 
 /// Anchor of the latch's rows.
@@ -228,7 +228,7 @@ pub fn build(c: &mut Circuit, t: &Tok, f: &Front, d: &Decoded, r: &RegFile, x: &
     c.add_block(blk);
     let seq = Expr::signal(seq_s) + m.sw_hit.clone() + not_taken.clone() + k.fence.clone() + m.commit_hit.clone();
     let own_slot = value(&f.slot);
-    let next_slot = (0..8).fold(Expr::zero(), |e, v| {
+    let next_slot = (0..8).fold(f.wrap_moved.clone() * (REBASE - NEXT_ROW) as f64, |e, v| {
         e + f.slot[v].clone() * (if v == 7 { NEXT_ROW } else { v + 1 }) as f64
     });
     let t_head = bits_value(&x.target[12..16]);

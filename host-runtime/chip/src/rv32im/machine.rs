@@ -13,7 +13,7 @@ use thiserror::Error;
 
 use super::load::BootLoader;
 use super::tokens::{
-    kind, nibble, row_digits, row_of, token, CAUSE_EXIT, LINE_WORDS, NEXT_ROW, ROM_ROWS, ROW_PIECES, ROW_SLOTS,
+    kind, nibble, row_digits, row_of, token, CAUSE_EXIT, LINE_WORDS, NEXT_ROW, REBASE, ROM_ROWS, ROW_PIECES, ROW_SLOTS,
 };
 use super::{cls, low};
 use super::{Rv32Map, MILLICODE_FIRST_ROW};
@@ -148,7 +148,7 @@ pub fn line_digits(line: usize) -> [usize; 4] {
     [line >> 11, (line >> 7) & 15, (line >> 4) & 7, line & 15]
 }
 
-/// The `slot` field of the kinds that carry one (`s l u o n`: 0..7, or [`NEXT_ROW`]).
+/// The `slot` field of the kinds that carry one (`s l u o n`: 0..7, [`NEXT_ROW`] or [`REBASE`]).
 fn slot_field(t: &ChipToken) -> Option<usize> {
     match t.kind {
         kind::S | kind::L | kind::U | kind::O => Some(t.values[3.min(t.values.len() - 1)]),
@@ -319,7 +319,7 @@ pub struct ChipMachine<'a> {
     /// The ROM row the pc is in.
     base_row: usize,
     /// The row moved on by a [`NEXT_ROW`] slot since the last `x`/`xm` (the chip's
-    /// `pc_off`): another such slot moves it by an `x`, in a pass of its own.
+    /// `pc_off`): the next move comes as a [`REBASE`] slot, an `x` in a pass of its own.
     row_moved: bool,
     /// The pc is in millicode (the last `x`/`xm` was `xm`).
     in_millicode: bool,
@@ -468,7 +468,7 @@ impl<'a> ChipMachine<'a> {
     /// Follows one pass: the one consuming `self.next`. Some when the run ended.
     fn pass(&mut self, limit: u64, mut golden: Option<&mut Machine>) -> Result<Option<RunEnd>, ChipError> {
         let tok = self.next.clone();
-        let (new_row, in_millicode, start) = self.follow(&tok);
+        let (new_row, in_millicode, start) = self.follow(&tok)?;
         let user_start = start.filter(|_| !in_millicode);
         let mut retiring = false;
         let retired_pc = self.in_flight.unwrap_or(0);
@@ -528,25 +528,33 @@ impl<'a> ChipMachine<'a> {
 
     /// Where consuming `tok` puts the pc: its row, whether in millicode, and the slot it
     /// starts (None: no instruction). A [`NEXT_ROW`] slot starts slot 0 of the next row
-    /// unless the row already moved since the last `x`/`xm` or is user code's last: then
-    /// the pass only moves the row (an `x`) or traps.
-    fn follow(&self, tok: &ChipToken) -> (usize, bool, Option<usize>) {
-        match tok.kind {
+    /// (at user code's last row it traps); a [`REBASE`] slot, chosen where the row already
+    /// moved since the last `x`/`xm`, only moves the row (an `x`). Either where the other
+    /// belongs is a protocol error: the chip chose it from the wrong `pc_off`.
+    fn follow(&self, tok: &ChipToken) -> Result<(usize, bool, Option<usize>), ChipError> {
+        let here = (self.base_row, self.in_millicode, None);
+        Ok(match tok.kind {
             kind::X => (
                 row_of(tok.values[0], tok.values[1], tok.values[2]),
                 false,
                 started_slot(tok),
             ),
             kind::XM => (MILLICODE_FIRST_ROW + tok.values[0], true, started_slot(tok)),
-            _ if slot_field(tok) == Some(NEXT_ROW) => {
-                let past_rom = !self.in_millicode && self.base_row + 1 == ROM_ROWS;
-                if self.row_moved || past_rom {
-                    (self.base_row, self.in_millicode, None)
-                } else {
-                    (self.base_row + 1, self.in_millicode, Some(0))
-                }
-            }
-            _ => (self.base_row, self.in_millicode, started_slot(tok)),
+            _ => match slot_field(tok) {
+                Some(NEXT_ROW) if self.row_moved => return Err(self.misplaced(tok, "a rebase slot")),
+                Some(REBASE) if !self.row_moved => return Err(self.misplaced(tok, "a next-row slot")),
+                Some(NEXT_ROW) if !self.in_millicode && self.base_row + 1 == ROM_ROWS => here,
+                Some(NEXT_ROW) => (self.base_row + 1, self.in_millicode, Some(0)),
+                Some(REBASE) => here,
+                _ => (self.base_row, self.in_millicode, started_slot(tok)),
+            },
+        })
+    }
+
+    fn misplaced(&self, tok: &ChipToken, expected: &'static str) -> ChipError {
+        ChipError::Protocol {
+            token: tok.clone(),
+            expected,
         }
     }
 

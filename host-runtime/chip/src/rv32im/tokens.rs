@@ -30,8 +30,9 @@
 //! The pc is `ROM_BASE + 32·row + 4·slot`: the row lives in the chip's `pc_base` memory
 //! (written by `x` and `xm`), the slot travels in every token that starts an instruction. Slot 8
 //! means "the next row, slot 0": the pass that consumes it runs that instruction, the row
-//! one past `pc_base`'s (the chip's `pc_off` says so until the next `x`/`xm`); a second
-//! slot 8 before an `x`/`xm`, or one past user code's last row, only moves the pc (`x`) or traps.
+//! one past `pc_base`'s (the chip's `pc_off` says so until the next `x`/`xm`); slot 8 one
+//! past user code's last row traps. The next row's slot 0 once more before an `x`/`xm` is
+//! slot 9 (the pass that chose it read `pc_off`): its pass only moves the pc (`x`).
 //! Millicode shares the pcs of the ROM's last head's first rows (`weightgen`'s `rv32im::millicode`);
 //! `xm` instead of `x` says the pc is in millicode.
 //!
@@ -103,6 +104,11 @@ pub mod up {
 
 /// Slot value meaning "the next ROM row, slot 0".
 pub const NEXT_ROW: usize = 8;
+/// Slot value meaning "the next ROM row, slot 0" where the row already moved on by a
+/// [`NEXT_ROW`] slot since the last `x`/`xm`: the pass that consumes it runs nothing and
+/// moves the row by an `x` (a rebase). The pass that chooses the token knows which of the
+/// two it is (it read `pc_off`); the chip counts a row's moves to one.
+pub const REBASE: usize = 9;
 
 /// The `t` cause reporting a normal exit (0..8 are mcause exception codes).
 pub const CAUSE_EXIT: usize = 9;
@@ -126,7 +132,7 @@ pub fn spec() -> TokenSpec {
     };
     let mut fields: Vec<FieldDef> = (0..8).map(|i| f(&format!("n{i}"), 16)).collect();
     fields.extend([
-        f("slot", 9),
+        f("slot", 10),
         f("m3", 16),
         f("m4", 16),
         f("mup", 3),
