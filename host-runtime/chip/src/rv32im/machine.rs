@@ -148,6 +148,46 @@ pub fn line_digits(line: usize) -> [usize; 4] {
     [line >> 11, (line >> 7) & 15, (line >> 4) & 7, line & 15]
 }
 
+/// Where the pc is between passes, as far as a token's slot field depends on it.
+#[derive(Clone, Copy)]
+struct Place {
+    /// The ROM row (of user code, or of millicode).
+    row: usize,
+    /// The last `x`/`xm` was `xm`.
+    millicode: bool,
+    /// The row moved on by a [`NEXT_ROW`] slot since the last `x`/`xm` (the chip's `pc_off`).
+    moved: bool,
+}
+
+/// Where consuming `tok` at `at` puts the pc: its row, whether in millicode, and the slot
+/// it starts (None: no instruction). A [`NEXT_ROW`] slot starts slot 0 of the next row (at
+/// user code's last row it traps); a [`REBASE`] slot, chosen where the row already moved
+/// since the last `x`/`xm`, only moves the row (an `x`). Either where the other belongs is
+/// a protocol error: the chip chose it from the wrong `pc_off`.
+fn follow(at: Place, tok: &ChipToken) -> Result<(usize, bool, Option<usize>), ChipError> {
+    let here = (at.row, at.millicode, None);
+    let misplaced = |expected| ChipError::Protocol {
+        token: tok.clone(),
+        expected,
+    };
+    Ok(match tok.kind {
+        kind::X => (
+            row_of(tok.values[0], tok.values[1], tok.values[2]),
+            false,
+            started_slot(tok),
+        ),
+        kind::XM => (MILLICODE_FIRST_ROW + tok.values[0], true, started_slot(tok)),
+        _ => match slot_field(tok) {
+            Some(NEXT_ROW) if at.moved => return Err(misplaced("a rebase slot")),
+            Some(REBASE) if !at.moved => return Err(misplaced("a next-row slot")),
+            Some(NEXT_ROW) if !at.millicode && at.row + 1 == ROM_ROWS => here,
+            Some(NEXT_ROW) => (at.row + 1, at.millicode, Some(0)),
+            Some(REBASE) => here,
+            _ => (at.row, at.millicode, started_slot(tok)),
+        },
+    })
+}
+
 /// The `slot` field of the kinds that carry one (`s l u o n`: 0..7, [`NEXT_ROW`] or [`REBASE`]).
 fn slot_field(t: &ChipToken) -> Option<usize> {
     match t.kind {
@@ -468,7 +508,7 @@ impl<'a> ChipMachine<'a> {
     /// Follows one pass: the one consuming `self.next`. Some when the run ended.
     fn pass(&mut self, limit: u64, mut golden: Option<&mut Machine>) -> Result<Option<RunEnd>, ChipError> {
         let tok = self.next.clone();
-        let (new_row, in_millicode, start) = self.follow(&tok)?;
+        let (new_row, in_millicode, start) = follow(self.place(), &tok)?;
         let user_start = start.filter(|_| !in_millicode);
         let mut retiring = false;
         let retired_pc = self.in_flight.unwrap_or(0);
@@ -526,35 +566,11 @@ impl<'a> ChipMachine<'a> {
         Ok(None)
     }
 
-    /// Where consuming `tok` puts the pc: its row, whether in millicode, and the slot it
-    /// starts (None: no instruction). A [`NEXT_ROW`] slot starts slot 0 of the next row
-    /// (at user code's last row it traps); a [`REBASE`] slot, chosen where the row already
-    /// moved since the last `x`/`xm`, only moves the row (an `x`). Either where the other
-    /// belongs is a protocol error: the chip chose it from the wrong `pc_off`.
-    fn follow(&self, tok: &ChipToken) -> Result<(usize, bool, Option<usize>), ChipError> {
-        let here = (self.base_row, self.in_millicode, None);
-        Ok(match tok.kind {
-            kind::X => (
-                row_of(tok.values[0], tok.values[1], tok.values[2]),
-                false,
-                started_slot(tok),
-            ),
-            kind::XM => (MILLICODE_FIRST_ROW + tok.values[0], true, started_slot(tok)),
-            _ => match slot_field(tok) {
-                Some(NEXT_ROW) if self.row_moved => return Err(self.misplaced(tok, "a rebase slot")),
-                Some(REBASE) if !self.row_moved => return Err(self.misplaced(tok, "a next-row slot")),
-                Some(NEXT_ROW) if !self.in_millicode && self.base_row + 1 == ROM_ROWS => here,
-                Some(NEXT_ROW) => (self.base_row + 1, self.in_millicode, Some(0)),
-                Some(REBASE) => here,
-                _ => (self.base_row, self.in_millicode, started_slot(tok)),
-            },
-        })
-    }
-
-    fn misplaced(&self, tok: &ChipToken, expected: &'static str) -> ChipError {
-        ChipError::Protocol {
-            token: tok.clone(),
-            expected,
+    fn place(&self) -> Place {
+        Place {
+            row: self.base_row,
+            millicode: self.in_millicode,
+            moved: self.row_moved,
         }
     }
 
@@ -880,7 +896,7 @@ fn register_diff(golden: &[u32; 32], chip: &[u32; 32]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rv32im::tokens::NEXT_ROW;
+    use crate::rv32im::tokens::{NEXT_ROW, REBASE};
 
     #[test]
     fn pass_causes_follow_the_token_kinds() {
@@ -941,5 +957,28 @@ mod tests {
         assert_eq!(started_slot(&token(kind::S, &[1, 2, 3, NEXT_ROW])), None);
         assert_eq!(started_slot(&token(kind::X, &[1, 2, 3, 7])), Some(7));
         assert_eq!(started_slot(&token(kind::M, &[1, 2, 0, 7])), None);
+    }
+
+    #[test]
+    fn row_moves_follow_the_slot_field() {
+        let at = |row, millicode, moved| Place { row, millicode, moved };
+        let s = |slot| token(kind::S, &[1, 2, 3, slot]);
+        let go = |place, tok: &ChipToken| follow(place, tok).map_err(|e| e.to_string());
+        assert_eq!(go(at(5, false, false), &s(3)), Ok((5, false, Some(3))));
+        assert_eq!(go(at(5, false, false), &s(NEXT_ROW)), Ok((6, false, Some(0))));
+        assert_eq!(go(at(6, false, true), &s(REBASE)), Ok((6, false, None)));
+        assert_eq!(go(at(2, true, false), &s(NEXT_ROW)), Ok((3, true, Some(0))));
+        // User code's last row: the next-row slot traps there (no start, no move).
+        let last = ROM_ROWS - 1;
+        assert_eq!(go(at(last, false, false), &s(NEXT_ROW)), Ok((last, false, None)));
+        assert_eq!(
+            go(at(9, false, true), &token(kind::X, &[0, 0, 4, 2])),
+            Ok((4, false, Some(2)))
+        );
+        // The chip chose from the wrong pc_off: a protocol error, never a silent move.
+        let wrong_next = go(at(6, false, true), &s(NEXT_ROW)).unwrap_err();
+        assert!(wrong_next.contains("a rebase slot"), "{wrong_next}");
+        let wrong_rebase = go(at(6, false, false), &token(kind::N, &[REBASE])).unwrap_err();
+        assert!(wrong_rebase.contains("a next-row slot"), "{wrong_rebase}");
     }
 }
