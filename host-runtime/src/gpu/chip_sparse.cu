@@ -68,7 +68,9 @@
 // every head's chain grew by 1–2 k cycles, in the layers with many heads too, so a head's
 // stages are bound by the issue of its memory instructions as much as by their latency); a
 // wide down column's entries loaded four at a time (−0.2 to +0.3 %, noise); the input rows
-// zeroed with float4 stores (−0.0 to −0.5 %).
+// zeroed with float4 stores (−0.0 to −0.5 %); a head's z-gate table and out_proj column
+// ends loaded into registers as soon as it may read (−6 to −8 %; either alone −2 to −6 %:
+// spills, and every head's chain 2 k cycles longer).
 
 // The phases of the -DPROFILE cycle counts, per layer (MARK in chip_common.cuh, indexed
 // by the layer l being run).
