@@ -17,9 +17,9 @@
 //! - next pc: the sequential successor (row + 1 after slot 7) as one-hots, for `x`
 //!   tokens, links and millicode returns.
 
-use inband_circuits::circuit::RowCode;
-use inband_circuits::primitives::{add_gated, all, level_onehot, not};
-use inband_circuits::{Address, Circuit, Delayed, Expr, Range, Write};
+use inband_circuits::circuit::{BlockBuilder, RowCode};
+use inband_circuits::primitives::{add_gated, all, level_onehot, not, onehot_bit};
+use inband_circuits::{Address, Circuit, Delayed, Expr, Range, Signal, Write};
 
 use super::millicode;
 use super::tokens::{field, kind, nibble, row_digits, NEXT_ROW, REBASE, ROW_PIECES, ROW_SLOTS};
@@ -122,58 +122,13 @@ pub struct Front {
 /// Builds the front end.
 pub fn build(c: &mut Circuit, t: &Tok) -> Front {
     let rows = c.target.rows_per_head;
-    let heads = c.target.key_heads;
     let slot_field = t.field(field::SLOT).to_vec();
     let jumped = t.kind(kind::X) + t.kind(kind::XM);
     let slot8 = slot_field[NEXT_ROW].clone();
     let commit = (0..ROW_SLOTS).fold(Expr::zero(), |e, v| e + t.field(field::WSLOT)[v].clone());
-    // The slots the consumed token names (slots 8 and 9 aside: see `row_offset`).
-    let named: Vec<Expr> = (0..ROW_SLOTS)
-        .map(|v| {
-            slot_field[v].clone()
-                + t.field(field::XSLOT)[v].clone()
-                + t.field(field::MSLOT)[v].clone()
-                + t.field(field::LKSLOT)[v].clone()
-                + t.field(field::WSLOT)[v].clone()
-                + t.field(field::FSLOT)[v].clone()
-        })
-        .collect();
+    let named = named_slots(t);
 
-    // pc_base: head one-hot (0..15), rhi (16..23), rlo (24..39), user code (40) or
-    // millicode (41), four pads. An `xm` token names the millicode's row rlo (head and rhi
-    // those of its first row).
-    let pc = c.memory(
-        "pc_base",
-        1,
-        8,
-        "the ROM row of the pc: head, rhi, rlo one-hot, user/millicode pair, 4 pads",
-    );
-    let xm = t.kind(kind::XM);
-    let [mc_head, mc_rhi, _] = row_digits(millicode::FIRST_ROW);
-    let mut entries = Vec::new();
-    for (off, f) in [(0, field::HEAD), (16, field::RHI), (24, field::RLO)] {
-        for (v, x) in t.field(f).iter().enumerate() {
-            let implied = if (f, v) == (field::HEAD, mc_head) || (f, v) == (field::RHI, mc_rhi) {
-                xm.clone()
-            } else {
-                Expr::zero()
-            };
-            entries.push((off + v, Delayed::now(x.clone() + implied)));
-        }
-    }
-    entries.push((40, Delayed::now(t.kind(kind::X))));
-    entries.push((41, Delayed::now(xm.clone())));
-    for p in 42..46 {
-        entries.push((p, Delayed::now(Expr::constant(1.0))));
-    }
-    c.write(Write {
-        memory: pc,
-        address: row_zero(rows),
-        entries,
-        enable: jumped.clone(),
-    });
-    let base = c.read("pc_base", pc, row_zero(rows), None, entry_outputs("d", 0..42));
-    let base = oh(&base);
+    let base = pc_base(c, t, rows, &jumped);
     let (base_head, base_rhi, base_rlo) = (&base[..16], &base[16..24], &base[24..40]);
     let mode = base[41].clone();
 
@@ -203,24 +158,129 @@ pub fn build(c: &mut Circuit, t: &Tok) -> Front {
     let runoff = next.runoff + next_row.past_rom;
     let mut next_slot = vec![wrap.clone()];
     next_slot.extend((1..ROW_SLOTS).map(|v| slot[v - 1].clone()));
+    let pc_bits = pc_bits(&slot, [&head, &rhi, &rlo], &fetch);
 
-    // pc bits: ROM_BASE + 32·row + 4·slot.
+    let staged_levels = rom_staging(c, t, rows);
+    let staged_row: Vec<Expr> = staged_levels.iter().map(|s| Expr::signal(*s)).collect();
+    let fetch_slots = FetchSlots {
+        named: &named,
+        mode: &mode,
+        start_user,
+        start_millicode,
+    };
+    let base_row = [base_rhi, base_rlo];
+    let levels = rom_fetch(c, t, &staged_levels, fetch_slots, &head, base_row, &off_now);
+    let mut nib = Vec::new();
+    let mut bits = Vec::new();
+    for (k, level) in levels.iter().enumerate() {
+        let onehot = level_onehot(c, &format!("inst.n{k}"), &Expr::signal(*level), 15);
+        bits.extend(onehot_bits(&onehot));
+        nib.push(onehot);
+    }
+    let link = link(c, t, &next_slot, [&next_head, &next_rhi, &next_rlo]);
+    let staged = staged_word(c, t, rows, &commit);
+
+    Front {
+        first,
+        commit,
+        rebase,
+        slot,
+        fetch,
+        head,
+        rhi,
+        rlo,
+        mode,
+        wrap,
+        wrap_moved,
+        next_head,
+        next_rhi,
+        next_rlo,
+        next_slot,
+        runoff,
+        pc_bits,
+        nib,
+        bits,
+        link,
+        staged,
+        staged_row,
+    }
+}
+
+/// The slots the consumed token names (slots 8 and 9 aside: see `row_offset`).
+fn named_slots(t: &Tok) -> Vec<Expr> {
+    (0..ROW_SLOTS)
+        .map(|v| {
+            t.field(field::SLOT)[v].clone()
+                + t.field(field::XSLOT)[v].clone()
+                + t.field(field::MSLOT)[v].clone()
+                + t.field(field::LKSLOT)[v].clone()
+                + t.field(field::WSLOT)[v].clone()
+                + t.field(field::FSLOT)[v].clone()
+        })
+        .collect()
+}
+
+/// `pc_base`, written by `x`/`xm` tokens and read on every pass: head one-hot (0..15), rhi
+/// (16..23), rlo (24..39), user code (40) or millicode (41), four pads. An `xm` token
+/// names the millicode's row rlo (head and rhi those of its first row).
+fn pc_base(c: &mut Circuit, t: &Tok, rows: usize, jumped: &Expr) -> Vec<Expr> {
+    let pc = c.memory(
+        "pc_base",
+        1,
+        8,
+        "the ROM row of the pc: head, rhi, rlo one-hot, user/millicode pair, 4 pads",
+    );
+    let xm = t.kind(kind::XM);
+    let [mc_head, mc_rhi, _] = row_digits(millicode::FIRST_ROW);
+    let mut entries = Vec::new();
+    for (off, f) in [(0, field::HEAD), (16, field::RHI), (24, field::RLO)] {
+        for (v, x) in t.field(f).iter().enumerate() {
+            let implied = if (f, v) == (field::HEAD, mc_head) || (f, v) == (field::RHI, mc_rhi) {
+                xm.clone()
+            } else {
+                Expr::zero()
+            };
+            entries.push((off + v, Delayed::now(x.clone() + implied)));
+        }
+    }
+    entries.push((40, Delayed::now(t.kind(kind::X))));
+    entries.push((41, Delayed::now(xm)));
+    for p in 42..46 {
+        entries.push((p, Delayed::now(Expr::constant(1.0))));
+    }
+    c.write(Write {
+        memory: pc,
+        address: row_zero(rows),
+        entries,
+        enable: jumped.clone(),
+    });
+    let base = c.read("pc_base", pc, row_zero(rows), None, entry_outputs("d", 0..42));
+    oh(&base)
+}
+
+/// The pc's bits, ROM_BASE + 32·row + 4·slot (bit 16: an instruction is fetched; all 0
+/// when none is).
+fn pc_bits(slot: &[Expr], [head, rhi, rlo]: [&[Expr]; 3], fetch: &Expr) -> Vec<Expr> {
     let mut pc_bits = vec![Expr::zero(); 32];
     for i in 0..3 {
-        pc_bits[2 + i] = inband_circuits::primitives::onehot_bit(&slot, i);
+        pc_bits[2 + i] = onehot_bit(slot, i);
     }
-    for (i, b) in onehot_bits(&rlo).into_iter().enumerate() {
+    for (i, b) in onehot_bits(rlo).into_iter().enumerate() {
         pc_bits[5 + i] = b;
     }
     for i in 0..3 {
-        pc_bits[9 + i] = inband_circuits::primitives::onehot_bit(&rhi, i);
+        pc_bits[9 + i] = onehot_bit(rhi, i);
     }
-    for (i, b) in onehot_bits(&head).into_iter().enumerate() {
+    for (i, b) in onehot_bits(head).into_iter().enumerate() {
         pc_bits[12 + i] = b;
     }
     pc_bits[16] = fetch.clone();
+    pc_bits
+}
 
-    // ROM staging: piece p holds two levels in entries 2p, 2p+1.
+/// ROM staging: boot `bp` tokens write piece p's two levels in entries 2p, 2p+1; `bc` and
+/// `bl` read all 32 pieces at once. Returns the 64 staged levels.
+fn rom_staging(c: &mut Circuit, t: &Tok, rows: usize) -> Vec<Signal> {
     let staging = c.add_memory(
         "rom_staging",
         1,
@@ -257,22 +317,41 @@ pub fn build(c: &mut Circuit, t: &Tok) -> Front {
     let levels: Vec<inband_circuits::ReadOutput> = (0..2 * ROW_PIECES)
         .map(|e| (format!("L{e}"), Range::NIBBLE, vec![(e, 1.0)]))
         .collect();
-    let bc = t.kind(kind::BC);
-    let staged_read = bc.clone() + t.kind(kind::BL);
-    let staged_levels = c.read(
+    let staged_read = t.kind(kind::BC) + t.kind(kind::BL);
+    c.read(
         "rom_staging",
         staging,
         all_pieces,
         Some((0..2 * ROW_PIECES).map(|e| (e, staged_read.clone())).collect()),
         levels,
-    );
-    let staged_row: Vec<Expr> = staged_levels.iter().map(|s| Expr::signal(*s)).collect();
+    )
+}
 
-    // The ROM: row r of head h holds user instruction s's nibble k at entry 8s + k and
-    // millicode word 8·(r - FIRST_ROW) + s's nibble k at entry 64 + 8s + k (below 126).
+/// What chooses the fetched slot's entries: the slots the token names, the mode, and the
+/// slot-8 start of the next row in user code or millicode.
+struct FetchSlots<'a> {
+    named: &'a [Expr],
+    mode: &'a Expr,
+    start_user: Expr,
+    start_millicode: Expr,
+}
+
+/// The ROM: row r of head h holds user instruction s's nibble k at entry 8s + k and
+/// millicode word 8·(r - FIRST_ROW) + s's nibble k at entry 64 + 8s + k (below 126);
+/// written by `bc` from the staged levels, read at the pc's row. Returns the fetched
+/// instruction's eight nibble levels.
+fn rom_fetch(
+    c: &mut Circuit,
+    t: &Tok,
+    staged_levels: &[Signal],
+    slots: FetchSlots,
+    head: &[Expr],
+    [base_rhi, base_rlo]: [&[Expr]; 2],
+    off_now: &Expr,
+) -> Vec<Signal> {
     let rom = c.add_memory(
         "rom",
-        heads,
+        c.target.key_heads,
         RowCode::Anchored {
             anchor: ROM_ANCHOR,
             rows_per_read: 1,
@@ -293,30 +372,9 @@ pub fn build(c: &mut Circuit, t: &Tok) -> Front {
             rows: vec![now(t.field(field::RHI)), now(t.field(field::RLO))],
         },
         entries,
-        enable: bc,
+        enable: t.kind(kind::BC),
     });
-    // User entries when the mode is 0, millicode entries when it is 1: one signal per
-    // slot and mode, made in the layer before the read (the slot's token fields and the
-    // mode, summed in the select, each fed the entries' gates in all 16 value heads).
-    let picks: Vec<(String, Vec<Expr>)> = (0..ROW_SLOTS)
-        .flat_map(|s| {
-            [
-                (format!("user{s}"), vec![named[s].clone(), not(&mode)]),
-                (format!("millicode{s}"), vec![named[s].clone(), mode.clone()]),
-            ]
-        })
-        .collect();
-    let mut picks = ands(c, "fetch.slot", &picks);
-    picks[0] = picks[0].clone() + start_user;
-    picks[1] = picks[1].clone() + start_millicode;
-    let select = (0..ROW_SLOTS)
-        .flat_map(|s| (0..8).map(move |k| (s, 8 * s + k)))
-        .flat_map(|(s, e)| {
-            let user = (e, picks[2 * s].clone());
-            let mc = (MC_ENTRY + e < MC_END).then(|| (MC_ENTRY + e, picks[2 * s + 1].clone()));
-            std::iter::once(user).chain(mc)
-        })
-        .collect();
+    let select = slot_select(c, slots);
     let outputs = (0..8)
         .map(|k| {
             (
@@ -333,32 +391,57 @@ pub fn build(c: &mut Circuit, t: &Tok) -> Front {
     // The row as one signal (see `row_onehot`; the read's digits fed ~780 input
     // projection entries a pass, the row and head ~150), and the next row's when the
     // row has moved without an `x` (`row_offset`).
-    let fetch_row = fetch_row(c, base_rhi, base_rlo, &off_now);
-    let levels = c.read(
+    let fetch_row = fetch_row(c, base_rhi, base_rlo, off_now);
+    c.read(
         "fetch",
         rom,
         Address::Factored {
-            heads: now(&head),
+            heads: now(head),
             rows: vec![now(&fetch_row)],
         },
         Some(select),
         outputs,
-    );
-    let mut nib = Vec::new();
-    let mut bits = Vec::new();
-    for (k, level) in levels.iter().enumerate() {
-        let onehot = level_onehot(c, &format!("inst.n{k}"), &Expr::signal(*level), 15);
-        bits.extend(onehot_bits(&onehot));
-        nib.push(onehot);
-    }
+    )
+}
 
-    // The link pc + 4, one-hot per nibble, only on lk passes.
+/// The fetch's read select: user entries when the mode is 0, millicode entries when it is
+/// 1: one signal per slot and mode, made in the layer before the read (the slot's token
+/// fields and the mode, summed in the select, each fed the entries' gates in all 16 value
+/// heads).
+fn slot_select(c: &mut Circuit, slots: FetchSlots) -> Vec<(usize, Expr)> {
+    let picks: Vec<(String, Vec<Expr>)> = (0..ROW_SLOTS)
+        .flat_map(|s| {
+            [
+                (format!("user{s}"), vec![slots.named[s].clone(), not(slots.mode)]),
+                (
+                    format!("millicode{s}"),
+                    vec![slots.named[s].clone(), slots.mode.clone()],
+                ),
+            ]
+        })
+        .collect();
+    let mut picks = ands(c, "fetch.slot", &picks);
+    picks[0] = picks[0].clone() + slots.start_user;
+    picks[1] = picks[1].clone() + slots.start_millicode;
+    (0..ROW_SLOTS)
+        .flat_map(|s| (0..8).map(move |k| (s, 8 * s + k)))
+        .flat_map(|(s, e)| {
+            let user = (e, picks[2 * s].clone());
+            let mc = (MC_ENTRY + e < MC_END).then(|| (MC_ENTRY + e, picks[2 * s + 1].clone()));
+            std::iter::once(user).chain(mc)
+        })
+        .collect()
+}
+
+/// The link pc + 4, one-hot per nibble (0..3), only on `lk` passes, from the sequential
+/// successor's slot and row.
+fn link(c: &mut Circuit, t: &Tok, next_slot: &[Expr], [next_head, next_rhi, next_rlo]: [&[Expr]; 3]) -> Vec<Vec<Expr>> {
     let lk = t.kind(kind::LK);
     let slot_hi = (4..8).fold(Expr::zero(), |e, v| e + next_slot[v].clone());
     let rlo_hi = (8..16).fold(Expr::zero(), |e, v| e + next_rlo[v].clone());
     let mut b = c.block("link");
     let mut link: Vec<Vec<Expr>> = Vec::new();
-    let mut add_nibble = |b: &mut inband_circuits::circuit::BlockBuilder, name: &str, conds: Vec<Option<Expr>>| {
+    let mut add_nibble = |b: &mut BlockBuilder, name: &str, conds: Vec<Option<Expr>>| {
         let mut onehot = Vec::new();
         for (v, cond) in conds.into_iter().enumerate() {
             match cond {
@@ -413,8 +496,12 @@ pub fn build(c: &mut Circuit, t: &Tok) -> Front {
             .collect(),
     );
     c.add_block(b);
+    link
+}
 
-    // The staged word: stage_lo rows 0 (w1: nibbles 0..2) and 1 (w2: 3..5), stage_hi (w3: 6, 7).
+/// The staged word (one-hot nibbles), read back on commit and `f3` passes: `stage_lo`
+/// rows 0 (w1: nibbles 0..2) and 1 (w2: 3..5), `stage_hi` (w3: 6, 7).
+fn staged_word(c: &mut Circuit, t: &Tok, rows: usize, commit: &Expr) -> Vec<Vec<Expr>> {
     let stage_lo = c.memory(
         "stage_lo",
         1,
@@ -476,36 +563,11 @@ pub fn build(c: &mut Circuit, t: &Tok) -> Front {
         Some((0..32).map(|e| (e, stage_read.clone())).collect()),
         entry_outputs("e", 0..32),
     );
-    let staged: Vec<Vec<Expr>> = oh(&lo)
+    oh(&lo)
         .chunks(16)
         .chain(oh(&hi).chunks(16))
         .map(|c| c.to_vec())
-        .collect();
-
-    Front {
-        first,
-        commit,
-        rebase,
-        slot,
-        fetch,
-        head,
-        rhi,
-        rlo,
-        mode,
-        wrap,
-        wrap_moved,
-        next_head,
-        next_rhi,
-        next_rlo,
-        next_slot,
-        runoff,
-        pc_bits,
-        nib,
-        bits,
-        link,
-        staged,
-        staged_row,
-    }
+        .collect()
 }
 
 /// `pc_base` changes only on `x`/`xm` tokens, which carry a row. A token with slot 8
