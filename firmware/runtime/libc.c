@@ -12,14 +12,18 @@
 
 /* ---------------------------------------------------------------- strings */
 
+/* Word stores where the alignment allows: in the chip a word store that hits the line
+ * cache costs one pass, a byte store four (the merged word travels as three tokens). */
 void *memcpy(void *dst, const void *src, size_t n) {
     unsigned char *d = dst;
     const unsigned char *s = src;
-    if ((((uintptr_t)d | (uintptr_t)s | n) & 3) == 0) {
+    if ((((uintptr_t)d ^ (uintptr_t)s) & 3) == 0) {
+        for (; n && ((uintptr_t)d & 3); n--) *d++ = *s++;
         uint32_t *dw = (uint32_t *)d;
         const uint32_t *sw = (const uint32_t *)s;
-        for (size_t i = 0; i < n / 4; i++) dw[i] = sw[i];
-        return dst;
+        for (; n >= 4; n -= 4) *dw++ = *sw++;
+        d = (unsigned char *)dw;
+        s = (const unsigned char *)sw;
     }
     while (n--) *d++ = *s++;
     return dst;
@@ -36,6 +40,11 @@ void *memmove(void *dst, const void *src, size_t n) {
 
 void *memset(void *dst, int c, size_t n) {
     unsigned char *d = dst;
+    for (; n && ((uintptr_t)d & 3); n--) *d++ = (unsigned char)c;
+    uint32_t *dw = (uint32_t *)d;
+    uint32_t w = (unsigned char)c * 0x01010101u;
+    for (; n >= 4; n -= 4) *dw++ = w;
+    d = (unsigned char *)dw;
     while (n--) *d++ = (unsigned char)c;
     return dst;
 }
