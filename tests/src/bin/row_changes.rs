@@ -5,10 +5,10 @@
 //! consumes it runs the instruction it jumps to: a taken branch or jump costs no pass of
 //! its own, within its row or not. Two things do cost a pass that runs no instruction:
 //! - a register-writing instruction in a row's last slot that runs on into the next row
-//!   when the row already moved that way since the last `x`: its write token carries
-//!   slot 8 the first time after an `x`, which the pass consuming it follows into the next
-//!   row (the chip's `pc_off`), and slot 9 the second time, whose pass only moves the row
-//!   (`x`) without running anything (a "rebase" pass);
+//!   a second time since the last `x`: its write token carries slot 9, whose pass only
+//!   moves the row (`x`) without running anything (a "rebase" pass). The first such run-on
+//!   costs nothing: its token carries slot 8, and the pass consuming it runs the next
+//!   row's first instruction (the chip's `pc_off` says the row moved);
 //! - a jump that links (`jal`/`jalr` with rd ≠ x0): the `lk` pass writes the link.
 //!
 //! A short loop (its back edge spans less than a row) that straddles a row crosses it

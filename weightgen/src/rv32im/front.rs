@@ -122,7 +122,7 @@ pub struct Front {
 /// Builds the front end.
 pub fn build(c: &mut Circuit, t: &Tok) -> Front {
     let rows = c.target.rows_per_head;
-    let slot_field = t.field(field::SLOT).to_vec();
+    let slot_field = t.field(field::SLOT);
     let jumped = t.kind(kind::X) + t.kind(kind::XM);
     let slot8 = slot_field[NEXT_ROW].clone();
     let commit = (0..ROW_SLOTS).fold(Expr::zero(), |e, v| e + t.field(field::WSLOT)[v].clone());
