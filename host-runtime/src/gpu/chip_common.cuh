@@ -45,6 +45,9 @@ struct Dims {
     float norm_inv, anchor_ulp;
     unsigned delayed; // the most conv channels with delayed taps in a layer
     unsigned state_floats; // S floats of one machine
+    // The activation-sparse kernel only: its tables in shared memory (I words at
+    // resident_at, float4 palette entries at W's palette_at), copied in once a launch.
+    unsigned resident_at, resident_words, palette_at, palettes;
 };
 
 // One machine's work in a launch, one block each (mirrored by `SlotWork` in gpu/mod.rs):

@@ -32,12 +32,15 @@
 // A value head's work (its q/k normalisation, delta rule, read, gated norm and its
 // out_proj columns) is one warp's, with no block barrier; a SwiGLU neuron that fires adds
 // its down column into the residual from the thread that computed it (a column longer
-// than WIDE_COLUMN by that thread's whole warp). A layer's block
+// than WIDE_COLUMN by that thread's whole warp; in the last layer, whose field outputs
+// fire many short columns on every pass, through the chunk table). A layer's block
 // barriers: each scatter's chunks listed and added (input projections, gate/up), the
-// delayed conv done (where a layer has one), the heads done, the MLP done. Every table a
-// step needs is one load (a channel's four fields, a value column's z gate and norm gain,
-// a neuron's record and its down column's ends, a delayed channel's record), the heads'
-// table entries and parameters sit in shared memory.
+// delayed conv done (where a layer has one), the heads done, the MLP done (and the last
+// layer's down chunks listed). The tables a head's chain reads sit in shared memory for
+// the whole launch (its table entry and parameters; a 4-bit palette code per conv channel
+// and per value column, the host's `Resident`); every other table a step needs is one
+// load (a neuron's record and its down column's ends, a delayed channel's record, an
+// out_proj column's ends).
 //
 // What bounds it (H200, measured with a pointer chase and ncu): a dependent load costs
 // ~290 cycles from L2 and ~375 through L1 when it misses, a 1024-thread barrier 76; the
@@ -70,7 +73,8 @@
 // wide down column's entries loaded four at a time (−0.2 to +0.3 %, noise); the input rows
 // zeroed with float4 stores (−0.0 to −0.5 %); a head's z-gate table and out_proj column
 // ends loaded into registers as soon as it may read (−6 to −8 %; either alone −2 to −6 %:
-// spills, and every head's chain 2 k cycles longer).
+// spills, and every head's chain 2 k cycles longer); WIDE_COLUMN 4 or 8 instead of 16
+// (−0.5 % and +0.1 to +0.7 %, noise).
 
 // The phases of the -DPROFILE cycle counts, per layer (MARK in chip_common.cuh, indexed
 // by the layer l being run).
@@ -91,11 +95,16 @@ struct Csc {
 // Per layer offsets (I for indices, W for floats, S for state).
 struct Layer {
     Csc xin;              // rows: conv channel c at c, z at z_at, b at b_at, a at a_at
-    unsigned channel;     // W: per conv channel {silu(w3 * bias), w3, bias, delayed index + 1 or 0}
+    unsigned codes;       // resident words: per conv channel, then per value column, a 4-bit
+                          // palette code (eight a word); then, where the layer has channels
+                          // with delayed taps, their bitmap and its prefix counts
+
     unsigned n_delayed, delayed, taps, conv_state; // channels whose conv reads earlier passes:
                           // I: {channel, its anchors' share} each; W: their four taps each
     unsigned z_at, b_at, a_at;
-    unsigned zgate;       // W: per value column {silu(z's anchors' share), that share, norm gain, 0}
+    unsigned palette;     // resident float4s: PALETTE channel tables {silu(w3 * bias), w3, bias,
+                          // 0}, then PALETTE z gates {silu(z's anchors' share), that share,
+                          // norm gain, 1 where the value column has out_proj entries}
     unsigned qk_const;    // W: per key head its q then its k, normalised, while nothing reaches
                           // them (used where the head's entry has bit 19)
     unsigned head;        // W: per value head {A_log, dt_bias, b's anchor share, a's}
@@ -174,6 +183,32 @@ __device__ __forceinline__ void mark(const Listing &z, unsigned r) {
 // Listing once for the block instead of once in every warp (each warp used to scan the
 // whole list) cut the kernel's instructions by 43 % (ncu, hello).
 #define CHUNK_CAP 1024
+
+// Appends each lane's entries E[from, from + len) times x to the chunk table as 32-entry
+// chunks {from << 6 | length, x} (a prefix sum over the warp, one atomic a warp); a chunk
+// past the table's end goes to overflow(from, length, x) instead, for the lane to add
+// itself (slower, never wrong). Every lane of the warp calls it.
+template <typename Overflow>
+__device__ HELPER void append_chunks(unsigned from, unsigned len, float x, uint2 *table, unsigned *count,
+                                     Overflow overflow) {
+    unsigned lane = threadIdx.x % 32;
+    unsigned chunks = (len + 31) / 32, incl = chunks;
+#pragma unroll
+    for (unsigned o = 1; o < 32; o <<= 1) {
+        unsigned y = __shfl_up_sync(FULL, incl, o);
+        if (lane >= o) incl += y;
+    }
+    unsigned total = __shfl_sync(FULL, incl, 31), at = 0;
+    if (total == 0) return;
+    if (lane == 0) at = atomicAdd(count, total);
+    at = __shfl_sync(FULL, at, 0) + incl - chunks;
+    for (unsigned k = 0; k < chunks; k++) {
+        unsigned f = from + 32 * k, l = min(32u, len - 32 * k);
+        if (at + k < CHUNK_CAP) table[at + k] = make_uint2((f << 6) | l, __float_as_uint(x));
+        else overflow(f, l, x);
+    }
+}
+
 template <bool SPREAD>
 __device__ HELPER void list_chunks(const Csc &m, const unsigned *__restrict__ I, const uint2 *__restrict__ E,
                                    const unsigned *cols, unsigned n, const float *hidden, const Dims &d, unsigned *flag,
@@ -192,32 +227,19 @@ __device__ HELPER void list_chunks(const Csc &m, const unsigned *__restrict__ I,
                 len = __ldg(I + m.start + c + 1) - from;
             }
         }
-        unsigned chunks = (len + 31) / 32, incl = chunks;
-#pragma unroll
-        for (unsigned o = 1; o < 32; o <<= 1) {
-            unsigned y = __shfl_up_sync(FULL, incl, o);
-            if (lane >= o) incl += y;
-        }
-        unsigned total = __shfl_sync(FULL, incl, 31), at = 0;
-        if (total == 0) continue;
-        if (lane == 0) at = atomicAdd(count, total);
-        at = __shfl_sync(FULL, at, 0) + incl - chunks;
-        for (unsigned k = 0; k < chunks; k++) {
-            unsigned f = from + 32 * k, l = min(32u, len - 32 * k);
-            if (at + k < CHUNK_CAP) {
-                table[at + k] = make_uint2((f << 6) | l, __float_as_uint(x));
-                continue;
-            }
+        append_chunks(from, len, x, table, count, [&](unsigned f, unsigned l, float x) {
             for (unsigned i = 0; i < l; i++) {
                 uint2 e = __ldg(E + f + i);
                 atomicAdd(out + (SPREAD ? spread(e.x) : e.x), __uint_as_float(e.y) * x);
             }
-        }
+        });
     }
 }
 
+// (With a listing, the rows added into are residual dims, listed as they are written.)
 template <bool SPREAD>
-__device__ HELPER void run_chunks(const uint2 *__restrict__ E, const uint2 *table, unsigned count, float *out) {
+__device__ HELPER void run_chunks(const uint2 *__restrict__ E, const uint2 *table, unsigned count, float *out,
+                                  const Listing *z = nullptr) {
     unsigned w = threadIdx.x / 32, lane = threadIdx.x % 32;
     count = min(count, (unsigned)CHUNK_CAP);
     for (unsigned g = w; g < count; g += WARPS) {
@@ -229,6 +251,7 @@ __device__ HELPER void run_chunks(const uint2 *__restrict__ E, const uint2 *tabl
         if (k < (chunk.x & 63)) {
             uint2 e = __ldg(E + (chunk.x >> 6) + k);
             atomicAdd(out + (SPREAD ? spread(e.x) : e.x), __uint_as_float(e.y) * __uint_as_float(chunk.y));
+            if (z) mark(*z, e.x);
         }
     }
 }
@@ -276,16 +299,43 @@ __device__ HELPER void add_wide_columns(const uint2 *__restrict__ E, bool wide, 
 
 #define KJ (MAX_DV / 32)
 
+// The tables a value head's chain reads sit in shared memory for the whole launch (the
+// host's `Resident`): a layer's conv channels take a handful of distinct tables, so each
+// channel and each value column is a 4-bit code into the layer's palette. Measured
+// before: each of the chain's table stages (q's channels, the z gate) waited on a round
+// of L2 loads, 2-3 k cycles of a head's ~10 k.
+#define PALETTE 16
+#define DELAYED_CODE 15u
+
+// The 4-bit code of entry i of a layer's codes.
+__device__ __forceinline__ unsigned code_of(const unsigned *codes, unsigned i) {
+    return (codes[i >> 3] >> (4 * (i & 7))) & 15u;
+}
+
 // Each channel's table {silu(w3 * bias), w3, bias, delayed index + 1 or 0} of channels
-// base + lane + 32 j (j < KJ, lane + 32 j < n; zeros past n), one load each: callers load
-// the tables of several sets of channels before they use any.
-__device__ HELPER void channel_tables(const Layer &L, const float *__restrict__ W, unsigned base, unsigned n,
-                                      float4 (&t)[KJ]) {
+// base + lane + 32 j (j < KJ, lane + 32 j < n; zeros past n), from the resident palette; a
+// channel with delayed taps is numbered by its rank among them.
+__device__ HELPER void channel_tables(const Layer &L, const Dims &d, const unsigned *res, const float4 *pal,
+                                      unsigned base, unsigned n, float4 (&t)[KJ]) {
     unsigned lane = threadIdx.x % 32;
+    const unsigned *codes = res + L.codes;
+    const unsigned *mask = codes + (d.conv_dim + 7) / 8 + (d.hv * d.dv + 7) / 8;
+    const unsigned *prefix = mask + (d.conv_dim + 31) / 32;
 #pragma unroll
-    for (unsigned j = 0; j < KJ; j++)
-        t[j] = lane + 32 * j < n ? __ldg((const float4 *)(W + L.channel) + base + lane + 32 * j)
-                                 : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (unsigned j = 0; j < KJ; j++) {
+        unsigned c = base + lane + 32 * j;
+        if (lane + 32 * j >= n) {
+            t[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            continue;
+        }
+        unsigned code = code_of(codes, c);
+        if (code == DELAYED_CODE) {
+            unsigned rank = prefix[c / 32] + __popc(mask[c / 32] & ((1u << (c % 32)) - 1u));
+            t[j] = make_float4(0.0f, 0.0f, 0.0f, (float)(rank + 1));
+        } else {
+            t[j] = pal[L.palette + code];
+        }
+    }
 }
 
 // The conv outputs of those channels from their tables t: a delayed channel's from the
@@ -351,8 +401,9 @@ __device__ __forceinline__ void over_rows(float *st, unsigned dv, const float (&
 // gated RMSNorm with silu(z), and its out_proj columns added into the residual.
 // `entry` is its heads-table entry, `p` its {A_log, dt_bias, b's and a's anchor shares}.
 __device__ HELPER void value_head(unsigned entry, float4 p, const Layer &L, const Dims &d, const unsigned *__restrict__ I,
-                                  const uint2 *__restrict__ E, const float *__restrict__ W, float *S, const float *y,
-                                  const float *xs, float *hidden, const Listing &z
+                                  const uint2 *__restrict__ E, const float *__restrict__ W, const unsigned *res,
+                                  const float4 *pal, float *S, const float *y, const float *xs, float *hidden,
+                                  const Listing &z
 #ifdef PROFILE
                                   , long long *hprof
 #endif
@@ -408,8 +459,8 @@ __device__ HELPER void value_head(unsigned entry, float4 p, const Layer &L, cons
         // (Zero channels give zeros without a load: the same code either way.)
         unsigned nq = reads ? d.dk : 0, nk = writes ? d.dk : 0;
         float4 tq[KJ], tk[KJ];
-        channel_tables(L, W, kh * d.dk, nq, tq);
-        channel_tables(L, W, d.key_dim + kh * d.dk, nk, tk);
+        channel_tables(L, d, res, pal, kh * d.dk, nq, tq);
+        channel_tables(L, d, res, pal, d.key_dim + kh * d.dk, nk, tk);
         channels_out(tq, xs, y, kh * d.dk, nq, q);
         HMARK(1);
         channels_out(tk, xs, y, d.key_dim + kh * d.dk, nk, k);
@@ -464,7 +515,7 @@ __device__ HELPER void value_head(unsigned entry, float4 p, const Layer &L, cons
     if (beta != 0.0f && sk != 0.0f) {
         float v[KJ], mem[KJ] = {};
         float4 tv[KJ];
-        channel_tables(L, W, 2 * d.key_dim + head * d.dv, d.dv, tv);
+        channel_tables(L, d, res, pal, 2 * d.key_dim + head * d.dv, d.dv, tv);
         channels_out(tv, xs, y, 2 * d.key_dim + head * d.dv, d.dv, v);
         HMARK(6);
         over_rows<false>(st, d.dv, k, mem);
@@ -483,13 +534,14 @@ __device__ HELPER void value_head(unsigned entry, float4 p, const Layer &L, cons
     for (unsigned j = 0; j < KJ; j++) {
         unsigned e = lane + 32 * j, c = head * d.dv + e;
         bool in = e < d.dv;
-        float4 zt = in ? __ldg((const float4 *)(W + L.zgate) + c) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        float4 zt = in ? pal[L.palette + PALETTE + code_of(res + L.codes + (d.conv_dim + 7) / 8, c)]
+                       : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         float zx = in ? xs[spread(L.z_at + c)] : 0.0f;
         sz[j] = zx == 0.0f ? zt.x : silu_f(zx + zt.y); // no signal reached z: silu of its anchors' share
         gain[j] = zt.z;
         from[j] = in ? __ldg(I + L.out.start + c) : 0;
         to[j] = in ? __ldg(I + L.out.start + c + 1) : 0;
-        open |= sz[j] != 0.0f && gain[j] != 0.0f && from[j] != to[j];
+        open |= sz[j] != 0.0f && gain[j] != 0.0f && zt.w != 0.0f; // zt.w: out_proj entries exist
     }
     // The z gate shuts every column (silu(z) or the gain exactly 0, or no out_proj entry):
     // every output is a zero the out_proj would skip, so the read is not needed. A gated
@@ -526,8 +578,10 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
     unsigned *ctl_all /* per machine: [0]=passes done, [1]=conv ring position, [2]=last token, [3]=error */) {
     BLOCK_MACHINE;
 
-    extern __shared__ float sh[];
+    extern __shared__ float4 sh4[];
     const Dims d = *dims_p;
+    float4 *pal = sh4;                                   // d.palettes: the resident palettes
+    float *sh = (float *)(sh4 + d.palettes);
     float *hidden = sh;                                  // width
     float *y = hidden + d.width;                         // d.delayed: delayed channels' outputs
     float *xs = y + d.delayed;                           // SPREAD_ROWS(d.scratch): the input projections' rows
@@ -535,6 +589,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
     unsigned *nz_cols = (unsigned *)(gu + d.act);        // NZ_CAP: the listed dims
     unsigned *dirty = nz_cols + NZ_CAP;                  // (width + 31) / 32: the listed dims' bits
     Layer *layers = (Layer *)(dirty + (d.width + 31) / 32); // d.layers
+    unsigned *res = (unsigned *)(layers + d.layers);      // d.resident_words: the resident codes
     // Each layer's heads-table entries and every value head's parameters.
     __shared__ unsigned heads_sh[MAX_LAYERS * 32];
     __shared__ float4 params_sh[MAX_LAYERS * 32];
@@ -552,6 +607,10 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
     for (unsigned i = threadIdx.x; i < d.layers * (unsigned)(sizeof(Layer) / 4); i += THREADS)
         ((unsigned *)layers)[i] = ((const unsigned *)layers_g)[i];
     load_tokens(tk, d, I);
+    #pragma unroll 1
+    for (unsigned i = threadIdx.x; i < d.resident_words; i += THREADS) res[i] = I[d.resident_at + i];
+    #pragma unroll 1
+    for (unsigned i = threadIdx.x; i < d.palettes; i += THREADS) pal[i] = ((const float4 *)(W + d.palette_at))[i];
     #pragma unroll 1
     for (unsigned i = threadIdx.x; i < d.width + d.delayed + SPREAD_ROWS(d.scratch) + d.act; i += THREADS)
         hidden[i] = 0.0f;
@@ -659,7 +718,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
 #ifdef PROFILE
                 long long h0 = clock64();
 #endif
-                value_head(entry, params_sh[li * 32 + (entry & 0xffff)], L, d, I, E, W, S, y, xs, hidden, z
+                value_head(entry, params_sh[li * 32 + (entry & 0xffff)], L, d, I, E, W, res, pal, S, y, xs, hidden, z
 #ifdef PROFILE
                            , hprof + li * HSTAGES
 #endif
@@ -682,11 +741,16 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
             for (unsigned i = threadIdx.x; i < SPREAD_ROWS(d.scratch); i += THREADS) xs[i] = 0.0f;
             __syncthreads();
             MARK(4);
-            // The constant neurons' share of down; then SwiGLU of the neurons a signal can
-            // reach, each adding its down column into the residual when it fires: a short
-            // column from the thread that computed it, a wide one by its whole warp.
+            // The constant neurons' share of down (from the last threads, which compute no
+            // neuron in most layers); then SwiGLU of the neurons a signal can reach, each
+            // adding its down column into the residual when it fires: a short column from
+            // the thread that computed it, a wide one by its whole warp. The last layer's
+            // columns are many (its field outputs, ~16 entries each, one neuron a thread
+            // added them in 5 k cycles of a pass): there they go to the chunk table, added
+            // by the whole block after a barrier.
+            const bool scatter_down = li + 1 == d.layers;
             #pragma unroll 1
-            for (unsigned i = threadIdx.x; i < L.n_fixed; i += THREADS) {
+            for (unsigned i = THREADS - 1 - threadIdx.x; i < L.n_fixed; i += THREADS) {
                 unsigned r = __ldg(I + L.fixed_rows + i);
                 mark(z, r);
                 atomicAdd(hidden + r, __ldg(W + L.fixed_vals + i));
@@ -703,11 +767,22 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
                     gu[nr.x] = gu[L.n_neur + nr.x] = 0.0f;
                     a = silu_call(g) * u;
                 }
+                if (scatter_down) {
+                    append_chunks(down.x, a != 0.0f ? down.y - down.x : 0, a, chunk_sh, chunk_n,
+                                  [&](unsigned f, unsigned l, float x) { add_entries(E, f, f + l, x, hidden, z); });
+                    continue;
+                }
                 bool wide = a != 0.0f && down.y - down.x > WIDE_COLUMN;
                 if (a != 0.0f && !wide) add_entries(E, down.x, down.y, a, hidden, z);
                 add_wide_columns(E, wide, down, a, hidden, z);
             }
+            if (scatter_down) {
+                __syncthreads();
+                run_chunks<false>(E, chunk_sh, chunk_n[0], hidden, &z);
+            }
             __syncthreads();
+            // (The input scatter of the next pass's first layer counts from 0 again.)
+            if (scatter_down && threadIdx.x == 0) chunk_n[0] = 0;
             MARK(5);
         }
         ring = (ring + 1) % 3;

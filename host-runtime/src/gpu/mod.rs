@@ -74,6 +74,10 @@ struct Dims {
     anchor_ulp: f32,
     delayed: u32,
     state_floats: u32,
+    resident_at: u32,
+    resident_words: u32,
+    palette_at: u32,
+    palettes: u32,
 }
 
 unsafe impl DeviceRepr for Dims {}
@@ -147,6 +151,8 @@ pub struct LayerTables {
     act: usize,
     /// The most conv channels with delayed taps in a layer (the sparse kernel's).
     delayed: usize,
+    /// The sparse kernel's tables in shared memory.
+    resident: sparse::Resident,
 }
 
 impl LayerTables {
@@ -162,6 +168,7 @@ impl LayerTables {
             scratch,
             act,
             delayed: 0,
+            resident: sparse::Resident::default(),
         }
     }
 }
@@ -389,6 +396,10 @@ impl GpuChip {
         (d.dk, d.dv, d.hk, d.hv) = (dk as u32, dv as u32, hk as u32, hv as u32);
         (d.layers, d.eps) = (layers.len() as u32, eps);
         (d.scratch, d.act, d.delayed) = (tables.scratch as u32, tables.act as u32, tables.delayed as u32);
+        d.resident_at = f.ints(&tables.resident.words);
+        d.resident_words = tables.resident.words.len() as u32;
+        d.palette_at = f.floats_aligned(&tables.resident.palettes, 4);
+        d.palettes = (tables.resident.palettes.len() / 4) as u32;
         if let Some(n) = norm {
             (d.norm_inv, d.anchor_ulp) = (n.inv, n.anchor_ulp);
         }
@@ -408,10 +419,11 @@ impl GpuChip {
             Kernel::Reference => 2 * width + c.conv_dim() + hv * dv + tables.scratch + tables.act,
             // hidden, delayed channels' conv outputs, the two scratch buffers (the first
             // with a gap after every 128 rows: `spread` in the kernel), the list of dims
-            // that may be nonzero and its bitmap.
+            // that may be nonzero and its bitmap; the resident palettes and codes.
             Kernel::Sparse => {
                 let spread_rows = tables.scratch + tables.scratch / 128 + 1;
-                width + tables.delayed + spread_rows + tables.act + sparse::NZ_CAP + width.div_ceil(32)
+                let resident = tables.resident.palettes.len() + tables.resident.words.len();
+                width + tables.delayed + spread_rows + tables.act + sparse::NZ_CAP + width.div_ceil(32) + resident
             }
         };
         let shared_bytes = ((shared_floats + tables.words.len()) * 4) as u32;

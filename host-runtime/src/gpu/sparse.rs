@@ -28,7 +28,7 @@ struct Csc {
 #[derive(Debug, Clone, Copy, Default)]
 struct LayerOffsets {
     xin: Csc,
-    channel: u32,
+    codes: u32,
     n_delayed: u32,
     delayed: u32,
     taps: u32,
@@ -36,7 +36,7 @@ struct LayerOffsets {
     z_at: u32,
     b_at: u32,
     a_at: u32,
-    zgate: u32,
+    palette: u32,
     qk_const: u32,
     head: u32,
     n_heads: u32,
@@ -65,6 +65,10 @@ const READ_UNLESS_Z: u32 = 1 << 18;
 /// In a head's table entry: when no signal reaches its q and k, both are constants, each
 /// with at most one nonzero channel, stored normalised at `qk_const` (see [`constant_qk`]).
 const QK_CONSTANT: u32 = 1 << 19;
+/// A layer's palette entries per part (channels, z gates); in the channels' part the last
+/// code means "has delayed taps" (the kernel's `DELAYED_CODE`).
+const PALETTE: usize = 16;
+const DELAYED_CODE: u32 = PALETTE as u32 - 1;
 /// Entries the kernel can address: its chunk tables pack an entry index into 26 bits.
 const MAX_PAIRS: usize = 1 << 26;
 /// Residual dims the kernel lists as written in one pass (its `NZ_CAP`).
@@ -91,6 +95,105 @@ impl PinnedNorm {
             anchor_ulp: sum.next_up() - sum,
         })
     }
+}
+
+/// What the sparse kernel keeps in shared memory for the whole run, so that a value
+/// head's chain reads its tables there instead of waiting on L2: per layer a 4-bit code
+/// per conv channel and per value column (eight a word) naming an entry of the layer's
+/// palette (a layer's channel tables take a handful of distinct values: at most 7 on the
+/// 0.8b chip, its z-gate tables at most 4), then, where a layer has channels with delayed
+/// taps, their bitmap and its prefix counts (a delayed channel's index among them is its
+/// rank). Each layer's palette is `PALETTE` channel entries then `PALETTE` z-gate entries,
+/// four floats each.
+#[derive(Default)]
+pub struct Resident {
+    pub words: Vec<u32>,
+    pub palettes: Vec<f32>,
+}
+
+impl Resident {
+    /// Adds a layer's channel and z-gate tables (four floats per entry); returns where its
+    /// codes start (a word offset) and its palette (a float4 index).
+    fn add(&mut self, layer: usize, channel: &[f32], zgate: &[f32]) -> anyhow::Result<(u32, u32)> {
+        let at = self.words.len() as u32;
+        let palette = (self.palettes.len() / 4) as u32;
+        let delayed = |i: usize| channel[4 * i + 3] != 0.0;
+        let (channel_palette, channel_codes) = palette_codes(channel, delayed)
+            .with_context(|| format!("layer {layer}'s conv channels; use --kernel reference"))?;
+        let (z_palette, z_codes) = palette_codes(zgate, |_| false)
+            .with_context(|| format!("layer {layer}'s z gates; use --kernel reference"))?;
+        self.words.extend(channel_codes);
+        self.words.extend(z_codes);
+        for part in [channel_palette, z_palette] {
+            let mut part = part.concat();
+            part.resize(4 * PALETTE, 0.0);
+            self.palettes.extend(part);
+        }
+        self.words.extend(delayed_bitmap(layer, channel)?);
+        Ok((at, palette))
+    }
+}
+
+/// The bitmap of a layer's channels with delayed taps and its prefix counts (one word per
+/// 32 channels each), empty when it has none: the kernel numbers such a channel by its
+/// rank, as the tables do (in channel order, from 1; checked).
+fn delayed_bitmap(layer: usize, channel: &[f32]) -> anyhow::Result<Vec<u32>> {
+    let n = channel.len() / 4;
+    let delayed = |i: usize| channel[4 * i + 3] != 0.0;
+    if !(0..n).any(delayed) {
+        return Ok(Vec::new());
+    }
+    let mut mask: Vec<u32> = (0..n.div_ceil(32))
+        .map(|w| {
+            (0..32)
+                .filter(|b| 32 * w + b < n && delayed(32 * w + b))
+                .fold(0, |m, b| m | 1 << b)
+        })
+        .collect();
+    let prefix: Vec<u32> = mask
+        .iter()
+        .scan(0, |sum, m| {
+            let before = *sum;
+            *sum += m.count_ones();
+            Some(before)
+        })
+        .collect();
+    let mut ranks = (0..n).filter(|&i| delayed(i)).enumerate();
+    if let Some((rank, i)) = ranks.find(|&(rank, i)| channel[4 * i + 3] != (rank + 1) as f32) {
+        bail!(
+            "layer {layer}'s delayed channel {i} is not number {} in channel order",
+            rank + 1
+        );
+    }
+    mask.extend(prefix);
+    Ok(mask)
+}
+
+/// The distinct entries (four floats each) of `table`, at most `PALETTE - 1`, and a 4-bit
+/// code per entry, eight a word: the entry's place in the palette, or `DELAYED_CODE`
+/// where `skip` (the kernel reads those elsewhere).
+fn palette_codes(table: &[f32], skip: impl Fn(usize) -> bool) -> anyhow::Result<(Vec<[f32; 4]>, Vec<u32>)> {
+    let n = table.len() / 4;
+    let mut palette: Vec<[f32; 4]> = Vec::new();
+    let mut words = vec![0u32; n.div_ceil(8)];
+    for i in 0..n {
+        let code = if skip(i) {
+            DELAYED_CODE
+        } else {
+            let entry: [f32; 4] = table[4 * i..4 * i + 4].try_into().expect("four floats");
+            let bits = |e: &[f32; 4]| e.map(f32::to_bits);
+            match palette.iter().position(|p| bits(p) == bits(&entry)) {
+                Some(at) => at as u32,
+                None if palette.len() < DELAYED_CODE as usize => {
+                    palette.push(entry);
+                    palette.len() as u32 - 1
+                }
+                None => bail!("more than {DELAYED_CODE} distinct tables"),
+            }
+        };
+        words[i / 8] |= code << (4 * (i % 8));
+    }
+    Ok((palette, words))
 }
 
 /// Compressed sparse columns: entries as (row, weight bits) pairs.
@@ -178,6 +281,7 @@ pub fn tables(
     let mut offsets = Vec::new();
     let (mut scratch, mut act) = (0usize, 0usize);
     let mut recurrent = Vec::new();
+    let mut resident = Resident::default();
     for (l, layer) in layers.iter().enumerate() {
         let c = &layer.config;
         for (name, gain) in [("input", &layer.input_gain), ("post-attention", &layer.post_gain)] {
@@ -200,7 +304,7 @@ pub fn tables(
         let mut o = LayerOffsets::default();
         let input_anchors = anchor_inputs(&layer.input_gain);
         let mut xin = Split::new(spec, &input_anchors);
-        scratch = scratch.max(mixer_tables(layer, &mut xin, &mut o, f)?);
+        scratch = scratch.max(mixer_tables(l, layer, &mut xin, &mut o, f, &mut resident)?);
         o.xin = e.csc(f, c.hidden_size, std::mem::take(&mut xin.entries))?;
         let mut out = Vec::new();
         for r in written_rows(&layer.out_proj) {
@@ -218,13 +322,21 @@ pub fn tables(
     }
     let mut tables = LayerTables::of(&offsets, recurrent, scratch, act);
     tables.delayed = offsets.iter().map(|o| o.n_delayed as usize).max().unwrap_or(0);
+    tables.resident = resident;
     Ok((tables, e))
 }
 
 /// The mixer's tables: the input projections' rows (conv channel c at scratch row c, then
 /// z, b, a) split into anchors' share and signal entries; per channel its constant output
 /// and conv; the heads that can read or write. Returns the scratch rows used.
-fn mixer_tables(layer: &SparseLayer, xin: &mut Split, o: &mut LayerOffsets, f: &mut Flat) -> anyhow::Result<usize> {
+fn mixer_tables(
+    l: usize,
+    layer: &SparseLayer,
+    xin: &mut Split,
+    o: &mut LayerOffsets,
+    f: &mut Flat,
+    resident: &mut Resident,
+) -> anyhow::Result<usize> {
     let c = &layer.config;
     let (hk, hv, dk, k) = (
         c.linear_num_key_heads,
@@ -273,21 +385,29 @@ fn mixer_tables(layer: &SparseLayer, xin: &mut Split, o: &mut LayerOffsets, f: &
             taps.extend_from_slice(w);
         }
     }
-    o.channel = f.floats_aligned(&channel, 4);
     // Per delayed channel: (channel, its anchors' share) and its taps, each one load.
     o.n_delayed = (delayed.len() / 2) as u32;
     o.delayed = f.ints_aligned(&delayed, 2);
     o.taps = f.floats_aligned(&taps, 4);
     o.conv_state = f.state(3 * o.n_delayed as usize);
-    // Per value column, one load for the z gate: silu(0 + its anchors' share) (the gate
-    // when no signal reaches z, as the CPU engine computes it), that share, the gated
-    // norm's gain.
+    // Per value column, the z gate: silu(0 + its anchors' share) (the gate when no signal
+    // reaches z, as the CPU engine computes it), that share, the gated norm's gain, and 1
+    // where its out_proj column has entries.
     let z_bias = &xin.bias[o.z_at as usize..o.b_at as usize];
     let dv = c.linear_value_head_dim;
+    let mut out_used = vec![false; value_dim];
+    for r in written_rows(&layer.out_proj) {
+        for &col in layer.out_proj.row(r).0 {
+            out_used[col as usize] = true;
+        }
+    }
     let zgate: Vec<f32> = (0..value_dim)
-        .flat_map(|col| [silu(0.0 + z_bias[col]), z_bias[col], layer.norm[col % dv], 0.0])
+        .flat_map(|col| {
+            let used = if out_used[col] { 1.0 } else { 0.0 };
+            [silu(0.0 + z_bias[col]), z_bias[col], layer.norm[col % dv], used]
+        })
         .collect();
-    o.zgate = f.floats_aligned(&zgate, 4);
+    (o.codes, o.palette) = resident.add(l, &channel, &zgate)?;
     let head: Vec<f32> = (0..hv)
         .flat_map(|h| {
             [
@@ -303,12 +423,6 @@ fn mixer_tables(layer: &SparseLayer, xin: &mut Split, o: &mut LayerOffsets, f: &
     // state stays zero. The others, flagged when q and k are zero unless reached, and when
     // the read adds nothing unless z is reached.
     let live: std::collections::HashSet<usize> = layer.live_channels.iter().copied().collect();
-    let mut out_used = vec![false; value_dim];
-    for r in written_rows(&layer.out_proj) {
-        for &col in layer.out_proj.row(r).0 {
-            out_used[col as usize] = true;
-        }
-    }
     let closed = |col: usize| zgate[4 * col] == 0.0 || zgate[4 * col + 2] == 0.0 || !out_used[col];
     let constant: Vec<Option<Vec<f32>>> = (0..hk).map(|kh| constant_qk(&channel, kh, dk, key_dim)).collect();
     let mut heads = Vec::new();
@@ -451,6 +565,67 @@ mod tests {
         chs.iter()
             .flat_map(|&(x, delayed)| [x, 1.0, 0.0, if delayed { 1.0 } else { 0.0 }])
             .collect()
+    }
+
+    /// Decodes entry i of a layer's resident codes (n channels, n value columns) as the kernel does: its palette entry,
+    /// or for a delayed channel {0, 0, 0, rank + 1}.
+    fn decode(r: &Resident, codes: usize, palette: usize, n: usize, i: usize, z: bool) -> [f32; 4] {
+        let words = &r.words[codes..];
+        let (first, part) = if z { (n.div_ceil(8), PALETTE) } else { (0, 0) };
+        let code = (words[first + i / 8] >> (4 * (i % 8))) & 15;
+        if !z && code == DELAYED_CODE {
+            let mask = &words[2 * n.div_ceil(8)..]; // after the channels' and the z gates' codes (n each)
+            let prefix = &mask[n.div_ceil(32)..];
+            let rank = prefix[i / 32] + (mask[i / 32] & ((1u32 << (i % 32)) - 1)).count_ones();
+            return [0.0, 0.0, 0.0, (rank + 1) as f32];
+        }
+        let at = 4 * (palette + part + code as usize);
+        r.palettes[at..at + 4].try_into().unwrap()
+    }
+
+    #[test]
+    fn resident_codes_give_back_every_table() {
+        // 40 channels of five distinct tables, three with delayed taps (numbered 1..3 in
+        // channel order), and as many z gates of two.
+        let n = 40;
+        let mut channel = Vec::new();
+        let mut delayed = 0;
+        for i in 0..n {
+            if [3, 17, 38].contains(&i) {
+                delayed += 1;
+                channel.extend([0.5, 1.0, -128.0, delayed as f32]);
+            } else {
+                channel.extend([(i % 5) as f32, 1.0, -((i % 5) as f32), 0.0]);
+            }
+        }
+        let zgate: Vec<f32> = (0..n).flat_map(|i| [128.0, 128.0, 0.25, (i % 2) as f32]).collect();
+        let mut r = Resident::default();
+        r.add(0, &vec![0.0; 4 * 16], &vec![0.0; 4 * 16]).unwrap();
+        let (codes, palette) = r.add(1, &channel, &zgate).unwrap();
+        for i in 0..n {
+            let want: [f32; 4] = if channel[4 * i + 3] != 0.0 {
+                [0.0, 0.0, 0.0, channel[4 * i + 3]]
+            } else {
+                channel[4 * i..4 * i + 4].try_into().unwrap()
+            };
+            assert_eq!(
+                decode(&r, codes as usize, palette as usize, n, i, false),
+                want,
+                "channel {i}"
+            );
+            assert_eq!(
+                decode(&r, codes as usize, palette as usize, n, i, true),
+                zgate[4 * i..4 * i + 4],
+                "z {i}"
+            );
+        }
+    }
+
+    #[test]
+    fn resident_codes_refuse_a_palette_too_large() {
+        let channel: Vec<f32> = (0..16).flat_map(|i| [i as f32, 1.0, 0.0, 0.0]).collect();
+        let err = Resident::default().add(2, &channel, &[0.0; 64]).unwrap_err();
+        assert!(format!("{err:#}").contains("layer 2's conv channels"), "{err:#}");
     }
 
     #[test]
