@@ -125,6 +125,19 @@ impl Add for Expr {
     }
 }
 
+/// Σ of expressions, added in order (a fold from zero).
+impl std::iter::Sum for Expr {
+    fn sum<I: Iterator<Item = Expr>>(iter: I) -> Self {
+        iter.fold(Expr::zero(), |e, x| e + x)
+    }
+}
+
+impl<'a> std::iter::Sum<&'a Expr> for Expr {
+    fn sum<I: Iterator<Item = &'a Expr>>(iter: I) -> Self {
+        iter.fold(Expr::zero(), |e, x| e + x.clone())
+    }
+}
+
 impl Sub for Expr {
     type Output = Expr;
     fn sub(self, rhs: Expr) -> Expr {

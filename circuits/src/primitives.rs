@@ -61,7 +61,7 @@ pub fn add_identity(b: &mut BlockBuilder, value: &Expr, outputs: &[(Signal, f64)
 /// feeding them cost no neurons.
 pub fn all(terms: &[Expr]) -> Expr {
     let n = terms.len() as f64;
-    terms.iter().fold(Expr::zero(), |e, t| e + t.clone()) - (n - 1.0)
+    terms.iter().sum::<Expr>() - (n - 1.0)
 }
 
 /// 1 − e.
@@ -192,7 +192,8 @@ pub fn encode(onehot: &[Expr]) -> Expr {
     onehot
         .iter()
         .enumerate()
-        .fold(Expr::zero(), |e, (v, s)| e + s.clone() * v as f64)
+        .map(|(v, s)| s.clone() * v as f64)
+        .sum::<Expr>()
 }
 
 /// Bit `i` of the value a one-hot vector selects (linear).
@@ -201,7 +202,8 @@ pub fn onehot_bit(onehot: &[Expr], i: usize) -> Expr {
         .iter()
         .enumerate()
         .filter(|(v, _)| v >> i & 1 == 1)
-        .fold(Expr::zero(), |e, (_, s)| e + s.clone())
+        .map(|(_, s)| s.clone())
+        .sum::<Expr>()
 }
 
 /// A 32-bit word as eight nibble values (least significant first), each an
@@ -222,7 +224,8 @@ impl Word {
             .map(|b| {
                 b.iter()
                     .enumerate()
-                    .fold(Expr::zero(), |e, (i, x)| e + x.clone() * (1u32 << i) as f64)
+                    .map(|(i, x)| x.clone() * (1u32 << i) as f64)
+                    .sum::<Expr>()
             })
             .collect();
         Self { nibbles }
@@ -324,7 +327,8 @@ pub fn compare(c: &mut Circuit, name: &str, a: &Word, b: &Word, a_top: &[Expr], 
     let flip = |top: &[Expr]| {
         top.iter()
             .enumerate()
-            .fold(Expr::zero(), |e, (v, x)| e + x.clone() * ((v + 8) % 16) as f64)
+            .map(|(v, x)| x.clone() * ((v + 8) % 16) as f64)
+            .sum::<Expr>()
     };
     let mut a_s = a.clone();
     let mut b_s = b.clone();
@@ -332,7 +336,7 @@ pub fn compare(c: &mut Circuit, name: &str, a: &Word, b: &Word, a_top: &[Expr], 
     a_s.nibbles[top] = flip(a_top);
     b_s.nibbles[top] = flip(b_top);
     let signed = sub(c, &format!("{name}.s"), &a_s, &b_s);
-    let all_propagate = unsigned.propagate.iter().fold(Expr::zero(), |e, p| e + p.clone());
+    let all_propagate = unsigned.propagate.iter().sum::<Expr>();
     let nibbles = unsigned.propagate.len() as f64;
     let equal = Expr::signal(step(c, &format!("{name}.eq"), all_propagate - (nibbles - 1.0)));
     Comparison {
@@ -529,7 +533,8 @@ fn add_bits_with(
         // Every nibble propagates: its sum is exactly 15.
         let propagate = gq[..n / 2]
             .chunks(2)
-            .fold(Expr::zero(), |e, p| e + Expr::signal(p[1]) - Expr::signal(p[0]));
+            .map(|p| Expr::signal(p[1]) - Expr::signal(p[0]))
+            .sum::<Expr>();
         carry_conds.push(("equal".into(), propagate - (n / 4 - 1) as f64));
     }
     let carry_signals = steps(c, &format!("{name}.carry"), &carry_conds);

@@ -260,12 +260,9 @@ fn decode_and_encode_are_exact() {
         let reassembled = bits
             .iter()
             .enumerate()
-            .fold(Expr::zero(), |e, (i, b)| e + b.clone() * (1 << i) as f64);
-        let odd = decoded
-            .iter()
-            .skip(1)
-            .step_by(2)
-            .fold(Expr::zero(), |e, x| e + x.clone());
+            .map(|(i, b)| b.clone() * (1 << i) as f64)
+            .sum::<Expr>();
+        let odd = decoded.iter().skip(1).step_by(2).sum::<Expr>();
         vec![value, reassembled, odd]
     });
     let mut runner = chip.runner(SumOrder::Forward);

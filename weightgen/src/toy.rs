@@ -216,11 +216,7 @@ pub fn circuit(target: Target) -> Circuit {
     let (m_hi, m_lo) = (onehot_exprs(&loaded[..16]), onehot_exprs(&loaded[16..]));
 
     // Operands as nibble values and bits (all linear in the one-hots).
-    let value = |oh: &[Expr]| {
-        oh.iter()
-            .enumerate()
-            .fold(Expr::zero(), |e, (v, x)| e + x.clone() * v as f64)
-    };
+    let value = |oh: &[Expr]| oh.iter().enumerate().map(|(v, x)| x.clone() * v as f64).sum::<Expr>();
     let byte = |lo: &[Expr], hi: &[Expr]| Word {
         nibbles: vec![value(lo), value(hi)],
     };
@@ -241,7 +237,7 @@ pub fn circuit(target: Target) -> Circuit {
     let logic = bitwise(&mut c, "logic", &bits(&f[2], &f[1]), &bits(&m_lo, &m_hi));
     let acc_bits = bits(&f[2], &f[1]);
     let from_bits = |b: &[Expr]| -> (Expr, Expr) {
-        let nib = |k: usize| (0..4).fold(Expr::zero(), |e, i| e + b[4 * k + i].clone() * (1u32 << i) as f64);
+        let nib = |k: usize| (0..4).map(|i| b[4 * k + i].clone() * (1u32 << i) as f64).sum::<Expr>();
         (nib(0), nib(1))
     };
     let mut shl = vec![Expr::zero()];
@@ -276,7 +272,8 @@ pub fn circuit(target: Target) -> Circuit {
     let next_pc = f[0]
         .iter()
         .enumerate()
-        .fold(Expr::zero(), |e, (v, x)| e + x.clone() * ((v + 1) % 16) as f64);
+        .map(|(v, x)| x.clone() * ((v + 1) % 16) as f64)
+        .sum::<Expr>();
 
     standard_outputs(&mut c, STEP, &[]);
     let weight = inband_circuits::contract::OUTPUT_UNIT;

@@ -63,11 +63,11 @@ fn gate_bits(c: &mut Circuit, name: &str, terms: &[(Expr, Vec<Expr>)]) -> Vec<Ex
 pub fn build(c: &mut Circuit, f: &Front, d: &Decoded, a: &RegValue, b: &RegValue) -> Executed {
     let k: &Classes = &d.class;
     let imm = &d.imm;
-    let sum_of = |xs: &[&Expr]| xs.iter().fold(Expr::zero(), |e, x| e + (*x).clone());
+    let sum_of = |xs: &[&Expr]| xs.iter().copied().sum::<Expr>();
 
     // Main adder operand: rs2 or imm, inverted for subtractions and comparisons.
     let reg_add = k.add.clone();
-    let reg_sub = sum_of(&[&k.sub, &k.slt, &k.sltu]) + k.branch.iter().fold(Expr::zero(), |e, x| e + x.clone());
+    let reg_sub = sum_of(&[&k.sub, &k.slt, &k.sltu]) + k.branch.iter().sum::<Expr>();
     let imm_add = k.addi.clone();
     let imm_sub = k.slti.clone() + k.sltiu.clone();
     let inv = |bits: &[Expr]| bits.iter().map(not).collect::<Vec<_>>();
@@ -172,7 +172,7 @@ pub fn build(c: &mut Circuit, f: &Front, d: &Decoded, a: &RegValue, b: &RegValue
     let product = multiplier(c, k, a, b);
 
     // Jump target: pc + imm for jal and branches, rs1 + imm (bit 0 cleared) for jalr.
-    let relative = k.jal.clone() + k.branch.iter().fold(Expr::zero(), |e, x| e + x.clone());
+    let relative = k.jal.clone() + k.branch.iter().sum::<Expr>();
     let mut jalr_bits = address.bits.clone();
     jalr_bits[0] = Expr::zero();
     let target = gate_bits(
@@ -203,7 +203,7 @@ fn multiplier(c: &mut Circuit, k: &Classes, a: &RegValue, b: &RegValue) -> Vec<E
     const K: f64 = inband_circuits::contract::GATE_SCALE;
     let signed_a = k.mul[1].clone() + k.mul[2].clone(); // mulh, mulhsu
     let signed_b = k.mul[1].clone(); // mulh
-    let any = k.mul.iter().fold(Expr::zero(), |e, x| e + x.clone());
+    let any = k.mul.iter().sum::<Expr>();
     // Column sums (one signal per column; neurons add into them).
     let mut max = [0f64; 16];
     let mut blk = c.block("mul.pp");

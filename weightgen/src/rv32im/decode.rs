@@ -317,7 +317,7 @@ fn classes(c: &mut Circuit, f: &Front, user: &Expr) -> Classes {
     .chain(load.iter())
     .chain(store.iter())
     .chain(mul.iter())
-    .fold(Expr::zero(), |e, x| e + x.clone());
+    .sum::<Expr>();
     let illegal = first.clone() - legal;
 
     Classes {

@@ -125,7 +125,7 @@ pub fn build(c: &mut Circuit, t: &Tok) -> Front {
     let slot_field = t.field(field::SLOT);
     let jumped = t.kind(kind::X) + t.kind(kind::XM);
     let slot8 = slot_field[NEXT_ROW].clone();
-    let commit = (0..ROW_SLOTS).fold(Expr::zero(), |e, v| e + t.field(field::WSLOT)[v].clone());
+    let commit = (0..ROW_SLOTS).map(|v| t.field(field::WSLOT)[v].clone()).sum::<Expr>();
     let named = named_slots(t);
 
     let base = pc_base(c, t, rows, &jumped);
@@ -142,7 +142,7 @@ pub fn build(c: &mut Circuit, t: &Tok) -> Front {
     });
     let mut slot = named.clone();
     slot[0] = slot[0].clone() + start;
-    let fetch = slot.iter().fold(Expr::zero(), |e, s| e + s.clone());
+    let fetch = slot.iter().sum::<Expr>();
     let [head, rhi, rlo] = effective_row(c, [base_head, base_rhi, base_rlo], &off_now);
     let wrap_moved = ands(
         c,
@@ -437,8 +437,8 @@ fn slot_select(c: &mut Circuit, slots: FetchSlots) -> Vec<(usize, Expr)> {
 /// successor's slot and row.
 fn link(c: &mut Circuit, t: &Tok, next_slot: &[Expr], [next_head, next_rhi, next_rlo]: [&[Expr]; 3]) -> Vec<Vec<Expr>> {
     let lk = t.kind(kind::LK);
-    let slot_hi = (4..8).fold(Expr::zero(), |e, v| e + next_slot[v].clone());
-    let rlo_hi = (8..16).fold(Expr::zero(), |e, v| e + next_rlo[v].clone());
+    let slot_hi = (4..8).map(|v| next_slot[v].clone()).sum::<Expr>();
+    let rlo_hi = (8..16).map(|v| next_rlo[v].clone()).sum::<Expr>();
     let mut b = c.block("link");
     let mut link: Vec<Vec<Expr>> = Vec::new();
     let mut add_nibble = |b: &mut BlockBuilder, name: &str, conds: Vec<Option<Expr>>| {

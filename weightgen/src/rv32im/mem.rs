@@ -86,7 +86,7 @@ pub struct MemoryUnit {
 /// commit, a line fill (the passes whose address digits are used).
 pub fn addressing(t: &Tok, k: &Classes) -> Expr {
     let fill_pass = t.kind(kind::FZ) + t.kind(kind::FS) + t.kind(kind::F3);
-    let sum = |xs: &[Expr]| xs.iter().fold(Expr::zero(), |e, x| e + x.clone());
+    let sum = |xs: &[Expr]| xs.iter().sum::<Expr>();
     sum(&k.load) + sum(&k.store) + k.sbsh_commit.clone() + fill_pass
 }
 
@@ -196,7 +196,7 @@ pub fn build(
         (16, 128),
         "RAM banks are 16 heads of 128 lines"
     );
-    let sum = |xs: &[Expr]| xs.iter().fold(Expr::zero(), |e, x| e + x.clone());
+    let sum = |xs: &[Expr]| xs.iter().sum::<Expr>();
     let now = |e: Expr| Delayed::now(e);
     let [lb, lh, lw, lbu, lhu] = k.load.clone();
     let [sb, sh, sw] = k.store.clone();

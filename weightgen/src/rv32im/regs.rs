@@ -109,8 +109,8 @@ pub fn build(c: &mut Circuit, t: &Tok, f: &Front, [rd, rs1_rows, rs2]: [&RegRows
     );
     let now = |e: Expr| Delayed::now(e);
     let n2 = t.field(field::N[2]);
-    let neg = (8..16).fold(Expr::zero(), |e, v| e + n2[v].clone());
-    let pos = (0..8).fold(Expr::zero(), |e, v| e + n2[v].clone());
+    let neg = (8..16).map(|v| n2[v].clone()).sum::<Expr>();
+    let pos = (0..8).map(|v| n2[v].clone()).sum::<Expr>();
     let mut low_entries = Vec::new();
     for j in 0..3 {
         for v in 0..16 {

@@ -47,7 +47,7 @@ mod latch {
 pub fn build(c: &mut Circuit, t: &Tok, f: &Front, d: &Decoded, r: &RegFile, x: &Executed, m: &MemoryUnit) {
     let rs2 = &r.rs2;
     let k = &d.class;
-    let sum = |xs: &[&Expr]| xs.iter().fold(Expr::zero(), |e, x| e + (*x).clone());
+    let sum = |xs: &[&Expr]| xs.iter().copied().sum::<Expr>();
     let one = Expr::constant(1.0);
 
     // Target checks: a jump must stay inside the ROM's 64 KiB (millicode jumps stay in
@@ -68,7 +68,7 @@ pub fn build(c: &mut Circuit, t: &Tok, f: &Front, d: &Decoded, r: &RegFile, x: &
     let target_nofetch = not(&misaligned) - target_ok.clone();
 
     let jump = k.jal.clone() + k.jalr.clone();
-    let branch_any = k.branch.iter().fold(Expr::zero(), |e, b| e + b.clone());
+    let branch_any = k.branch.iter().sum::<Expr>();
 
     // Outcome signals (each 0/1), each a sum of AND neurons over exclusive cases and a
     // block of its own, so that each lands in the earliest layer its inputs allow.
@@ -174,8 +174,8 @@ pub fn build(c: &mut Circuit, t: &Tok, f: &Front, d: &Decoded, r: &RegFile, x: &
     // token writes the value (its low bits; the register keeps the rest).
     let differs = blk.output("differs", Range::new(0, 5));
     for (_, cond, nib) in &results {
-        let high = |from: usize| (from..8).fold(Expr::zero(), |e, j| e + nib[j].clone());
-        let ones = |from: usize| (from..8).fold(Expr::zero(), |e, j| e + (Expr::constant(15.0) - nib[j].clone()));
+        let high = |from: usize| (from..8).map(|j| nib[j].clone()).sum::<Expr>();
+        let ones = |from: usize| (from..8).map(|j| Expr::constant(15.0) - nib[j].clone()).sum::<Expr>();
         let big = 16.0 * 15.0 * 8.0 + 16.0;
         let gate = |e: Expr| e + (cond.clone() - 1.0) * big;
         // value < 2048: 16·Σ n3..n7 + n2 ≤ 7
@@ -213,7 +213,7 @@ pub fn build(c: &mut Circuit, t: &Tok, f: &Front, d: &Decoded, r: &RegFile, x: &
     c.add_block(blk);
     let (fits12, up_zero, up_ones) = (Expr::signal(fits12), Expr::signal(up_zero), Expr::signal(up_ones));
     let differs = Expr::signal(differs);
-    let result_any = results.iter().fold(Expr::zero(), |e, (_, c, _)| e + c.clone());
+    let result_any = results.iter().map(|(_, c, _)| c.clone()).sum::<Expr>();
 
     // Sequential outcomes: no register to write, the next instruction follows.
     let mut blk = c.block("sequential");
@@ -288,7 +288,8 @@ pub fn build(c: &mut Circuit, t: &Tok, f: &Front, d: &Decoded, r: &RegFile, x: &
     // kinds): a closed read lets the GPU kernel skip the head's read on every other pass.
     let continuing = [kind::H, kind::M, kind::LK, kind::W1, kind::W2, kind::T]
         .iter()
-        .fold(Expr::zero(), |e, k| e + t.kind(*k));
+        .map(|k| t.kind(*k))
+        .sum::<Expr>();
     let latched = oh(&c.read(
         "latch",
         latch_mem,

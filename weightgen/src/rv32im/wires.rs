@@ -25,7 +25,7 @@ impl Tok {
 
     /// Sum of several kinds (they are exclusive).
     pub fn kinds(&self, kinds: &[usize]) -> Expr {
-        kinds.iter().fold(Expr::zero(), |e, k| e + self.kind(*k))
+        kinds.iter().map(|k| self.kind(*k)).sum::<Expr>()
     }
 
     /// The one-hot signals of a field (all 0 when the token's kind lacks it).
@@ -53,7 +53,8 @@ pub fn value(onehot: &[Expr]) -> Expr {
 pub fn bits_value(bits: &[Expr]) -> Expr {
     bits.iter()
         .enumerate()
-        .fold(Expr::zero(), |e, (i, b)| e + b.clone() * (1u64 << i) as f64)
+        .map(|(i, b)| b.clone() * (1u64 << i) as f64)
+        .sum::<Expr>()
 }
 
 /// Nibble values of a 32-bit word given as bits.
