@@ -303,7 +303,9 @@ __device__ HELPER void add_wide_columns(const uint2 *__restrict__ E, bool wide, 
 // host's `Resident`): a layer's conv channels take a handful of distinct tables, so each
 // channel and each value column is a 4-bit code into the layer's palette. Measured
 // before: each of the chain's table stages (q's channels, the z gate) waited on a round
-// of L2 loads, 2-3 k cycles of a head's ~10 k.
+// of L2 loads, 2-3 k cycles of a head's ~10 k. (They take ~52 KB of shared memory at the
+// 0.8b shape, ~158 KB a block in all: one block an SM, as the registers already allow at
+// 512 threads and more; a batch run with 256 threads or fewer loses its second block.)
 #define PALETTE 16
 #define DELAYED_CODE 15u
 
