@@ -21,8 +21,9 @@
 #   speed         stock transformers decoding the spliced checkpoint on hello's token stream
 #   examples      every example but Euler #10 on CUDA, output compared with golden's
 #   bench         inband bench --device cuda --against-reference (both kernels, the ratio)
-#   verify        ISA tests, the shorter examples, whole_ram and the C kernels of
-#                 tests/kernels under --verify on CUDA
+#   verify        ISA tests, the shorter examples, whole_ram, the C kernels of
+#                 tests/kernels and the division sizes test (tests/division/sizes.c)
+#                 under --verify on CUDA
 #   load          hello, int64 and Euler #10 booted by loading state (a fresh VM, then
 #                 5 boots on the resident one) and by prefill on CUDA: inband bench --boot
 #   euler10       Project Euler #10 inside the spliced checkpoint on CUDA, timed
@@ -189,7 +190,7 @@ for section in "${SECTIONS[@]}"; do
             step 120 $B/inband run "${V[@]}" --verify --stats $E/$p.elf
         done
         step 240 $B/inband run "${V[@]}" --verify --stats $E/whole_ram.elf
-        for p in matmul crc32 sha256 search fsm; do
+        for p in matmul crc32 sha256 search fsm sizes; do
             step 120 $B/inband run "${V[@]}" --verify --stats $E/$p.elf
         done
         ;;

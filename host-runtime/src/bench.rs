@@ -1,10 +1,11 @@
 //! `inband bench`: each program run in the chip and on the golden engine (whose output it
 //! must match), one table row of speed figures per program, then where each program's
-//! passes went (by cause, read from its token stream). `--boot`: how long each program
-//! takes to get into the chip, by loading state and by prefill.
+//! passes went (by cause and by instruction class, read from its token stream). `--boot`:
+//! how long each program takes to get into the chip, by loading state and by prefill.
 
 use std::path::{Path, PathBuf};
 
+use inband_chip::rv32im::classes::InstructionClass;
 use inband_chip::rv32im::machine::{PassCause, RunCounts};
 use inband_chip::ChipModel;
 use inband_firmware::ProgramImage;
@@ -49,6 +50,7 @@ pub fn bench(
         println!("{name}: the sparse kernel runs {ratio:.2}× the reference kernel's passes/s");
     }
     print_causes(&causes);
+    print_classes(&causes);
     Ok(())
 }
 
@@ -121,15 +123,36 @@ pub(crate) fn device_name(device: vm::Device) -> String {
 }
 
 /// The passes of each program by cause, as a table of passes per retired instruction.
-fn print_causes(causes: &[(String, RunCounts)]) {
-    let names: Vec<&str> = PassCause::ALL.iter().map(|c| c.name()).collect();
-    println!("\npasses per instruction by cause:\n");
-    println!("| program | {} | all |", names.join(" | "));
-    println!("|---|{}---|", "---|".repeat(names.len()));
-    for (name, c) in causes {
+fn print_causes(runs: &[(String, RunCounts)]) {
+    let mut columns: Vec<&str> = PassCause::ALL.iter().map(|c| c.name()).collect();
+    columns.push("all");
+    print_table("passes per instruction by cause", &columns, runs, |c| {
         let per = |n: u64| format!("{:.3}", n as f64 / c.retired.max(1) as f64);
-        let cells: Vec<String> = c.by_cause.iter().map(|n| per(*n)).collect();
-        println!("| {name} | {} | {} |", cells.join(" | "), per(c.passes));
+        let mut cells: Vec<String> = c.by_cause.iter().map(|n| per(*n)).collect();
+        cells.push(per(c.passes));
+        cells
+    });
+}
+
+/// The passes of each program's instructions by class: per instruction, the fewest and
+/// the most one took, how many retired.
+fn print_classes(runs: &[(String, RunCounts)]) {
+    let columns: Vec<&str> = InstructionClass::ALL.iter().map(|c| c.name()).collect();
+    print_table(
+        "passes per instruction by instruction class (mean (fewest–most, instructions))",
+        &columns,
+        runs,
+        |c| c.by_class.iter().map(|k| k.summary()).collect(),
+    );
+}
+
+/// A markdown table under `title`: a row per program, its cells from `cells`.
+fn print_table(title: &str, columns: &[&str], runs: &[(String, RunCounts)], cells: impl Fn(&RunCounts) -> Vec<String>) {
+    println!("\n{title}:\n");
+    println!("| program | {} |", columns.join(" | "));
+    println!("|---|{}", "---|".repeat(columns.len()));
+    for (name, c) in runs {
+        println!("| {name} | {} |", cells(c).join(" | "));
     }
 }
 

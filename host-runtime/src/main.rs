@@ -661,6 +661,10 @@ fn run_chip(
         );
         eprintln!("passes by cause: {}", c.breakdown());
         eprintln!(
+            "passes by instruction class (per instruction, fewest–most, how many): {}",
+            c.class_breakdown()
+        );
+        eprintln!(
             "stats: instructions={} forward_passes={} steps_per_s={:.0} exit={}",
             c.retired,
             c.passes,

@@ -6,6 +6,7 @@
 use std::path::Path;
 use std::sync::OnceLock;
 
+use inband_chip::rv32im::classes::InstructionClass;
 use inband_chip::rv32im::load::BootLoader;
 use inband_chip::rv32im::machine::{boot_tokens, boot_tokens_with, ChipMachine, PassCause, RunCounts};
 use inband_chip::{ChipModel, ChipRunner, ChipToken, MathPath, PassEngine};
@@ -63,6 +64,12 @@ fn whole(name: &str) -> f64 {
 
 /// As [`whole`], for a program already built.
 fn whole_image(name: &str, image: &ProgramImage) -> f64 {
+    let counts = whole_counts(name, image);
+    counts.passes as f64 / counts.retired as f64
+}
+
+/// As [`whole_image`], returning the run's counts.
+fn whole_counts(name: &str, image: &ProgramImage) -> RunCounts {
     let image = image.clone();
     let (want, console) = golden_end(&image, u64::MAX);
     let (end, counts, chip_console) = lockstep(name, &image, u64::MAX);
@@ -73,21 +80,33 @@ fn whole_image(name: &str, image: &ProgramImage) -> f64 {
     assert_eq!(chip_console, console, "{name}");
     let ratio = counts.passes as f64 / counts.retired as f64;
     eprintln!(
-        "{name}: {} instructions, {} forward passes ({ratio:.3} per instruction), boot {} passes; by cause: {}",
+        "{name}: {} instructions, {} forward passes ({ratio:.3} per instruction), boot {} passes; by cause: {}; by instruction class: {}",
         counts.retired,
         counts.passes,
         counts.boot_passes,
-        counts.breakdown()
+        counts.breakdown(),
+        counts.class_breakdown()
     );
-    // Every pass has one cause; the division test's divisions run in millicode.
+    // Every pass has one cause; every retired instruction one class, and its passes
+    // (from its start to the next start; the exit's to the end) add up to the run's.
     assert_eq!(counts.by_cause.iter().sum::<u64>(), counts.passes, "{name}");
+    assert_eq!(
+        counts.by_class.iter().map(|c| c.count).sum::<u64>(),
+        counts.retired,
+        "{name}"
+    );
+    assert_eq!(
+        counts.by_class.iter().map(|c| c.passes).sum::<u64>(),
+        counts.passes,
+        "{name}"
+    );
     if name == "isa/muldiv" {
         assert!(
             counts.by_cause[PassCause::Millicode as usize] > 0,
             "{name}: no millicode passes"
         );
     }
-    ratio
+    counts
 }
 
 /// A picolibc program (`tests/picolibc/NAME.c`) built with picolibc, run whole.
@@ -112,6 +131,23 @@ fn kernels() {
     assert_eq!(programs.len(), 5);
     for source in programs {
         whole_image(&format!("kernels/{}", program_name(&source)), &image_of(&source));
+    }
+}
+
+/// Every operand size of the four divisions (`tests/division/sizes.c`: dividends of 1..32
+/// bits by divisors of 0..32 bits, signed forms with random signs, INT_MIN / -1), each
+/// result used at once, every instruction checked; its passes per division by form.
+#[test]
+fn division_operand_sizes() {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("division/sizes.c");
+    let counts = whole_counts("division/sizes", &image_of(&source));
+    for class in [
+        InstructionClass::Div,
+        InstructionClass::Divu,
+        InstructionClass::Rem,
+        InstructionClass::Remu,
+    ] {
+        assert_eq!(counts.by_class[class as usize].count, 32 * 33 + 1, "{}", class.name());
     }
 }
 

@@ -11,6 +11,7 @@ use inband_golden::decode::{decode, Instruction};
 use inband_golden::{Machine, RunEnd, Step, Trap, TrapCause};
 use thiserror::Error;
 
+use super::classes::{ClassPasses, InstructionClass};
 use super::load::BootLoader;
 use super::tokens::{
     kind, nibble, row_digits, row_of, token, CAUSE_EXIT, LINE_WORDS, NEXT_ROW, REBASE, ROM_ROWS, ROW_PIECES, ROW_SLOTS,
@@ -314,6 +315,9 @@ pub struct RunCounts {
     /// Forward passes after boot by cause, in [`PassCause::ALL`]'s order (they add up to
     /// `passes`).
     pub by_cause: [u64; PassCause::ALL.len()],
+    /// The retired instructions' passes by class, in [`InstructionClass::ALL`]'s order
+    /// (they add up to `retired` and to the passes up to the last one's retirement).
+    pub by_class: [ClassPasses; InstructionClass::ALL.len()],
 }
 
 impl RunCounts {
@@ -321,6 +325,24 @@ impl RunCounts {
     fn pass(&mut self, cause: PassCause) {
         self.passes += 1;
         self.by_cause[cause as usize] += 1;
+    }
+
+    /// Counts a retired instruction of `class` that took `passes`.
+    fn retire(&mut self, class: InstructionClass, passes: u64) {
+        self.retired += 1;
+        self.by_class[class as usize].add(passes);
+    }
+
+    /// "alu 1.012 (1–3, 4,213×), load …": the classes that retired, passes per instruction
+    /// (the fewest and the most one took, how many retired).
+    pub fn class_breakdown(&self) -> String {
+        InstructionClass::ALL
+            .iter()
+            .zip(&self.by_class)
+            .filter(|(_, c)| c.count > 0)
+            .map(|(class, c)| format!("{} {}", class.name(), c.summary()))
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 
     /// "retire 700 (86.3 %), row change 80 (9.9 %), …": the causes that occurred.
@@ -367,6 +389,8 @@ pub struct ChipMachine<'a> {
     in_fill: bool,
     /// The user instruction started and not yet retired.
     in_flight: Option<u32>,
+    /// The pass (counted from the end of boot) that started it.
+    started_at: u64,
     pub console: Vec<u8>,
     pub counts: RunCounts,
 }
@@ -432,6 +456,7 @@ impl<'a> ChipMachine<'a> {
             in_millicode: false,
             in_fill: false,
             in_flight: None,
+            started_at: 0,
             console: Vec::new(),
             counts: RunCounts {
                 boot_passes: boot_passes as u64,
@@ -512,6 +537,7 @@ impl<'a> ChipMachine<'a> {
         let user_start = start.filter(|_| !in_millicode);
         let mut retiring = false;
         let retired_pc = self.in_flight.unwrap_or(0);
+        let this_pass = self.counts.passes;
         if let Some(slot) = user_start {
             // The instruction in flight has finished: it retires as this token starts the next.
             if self.in_flight.is_some() {
@@ -521,7 +547,8 @@ impl<'a> ChipMachine<'a> {
                     self.golden_step(g)?;
                     self.check_memory(g, stored)?;
                 }
-                self.counts.retired += 1;
+                let class = InstructionClass::of(self.image.rom_word(retired_pc - ROM_BASE));
+                self.counts.retire(class, this_pass - self.started_at);
             }
             if self.counts.retired >= limit {
                 self.in_flight = None;
@@ -545,6 +572,7 @@ impl<'a> ChipMachine<'a> {
         self.in_millicode = in_millicode;
         if let Some(slot) = user_start {
             self.in_flight = Some(Self::pc_of(new_row, slot));
+            self.started_at = this_pass;
             if retiring {
                 if let Some(g) = golden.as_deref_mut() {
                     self.check_registers(g, Self::pc_of(new_row, slot))
@@ -636,14 +664,15 @@ impl<'a> ChipMachine<'a> {
             value = word_of(&parts);
         }
         let word = self.image.rom_word(pc - ROM_BASE);
+        let passes = self.counts.passes - self.started_at;
         let end = match cause {
             CAUSE_EXIT => {
-                self.counts.retired += 1;
+                self.counts.retire(InstructionClass::of(word), passes);
                 RunEnd::Exited(value as i32)
             }
             1 => {
                 // The jump (or the last instruction of the ROM) retires; the fetch after it fails.
-                self.counts.retired += 1;
+                self.counts.retire(InstructionClass::of(word), passes);
                 let is_jump = matches!(
                     decode(word),
                     Some(Instruction::Jal { .. } | Instruction::Jalr { .. } | Instruction::Branch { .. })
