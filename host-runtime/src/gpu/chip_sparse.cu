@@ -95,9 +95,10 @@ struct Csc {
 // Per layer offsets (I for indices, W for floats, S for state).
 struct Layer {
     Csc xin;              // rows: conv channel c at c, z at z_at, b at b_at, a at a_at
-    unsigned codes;       // resident words: per conv channel, then per value column, a 4-bit
-                          // palette code (eight a word); then, where the layer has channels
-                          // with delayed taps, their bitmap and its prefix counts
+    unsigned codes, zcodes; // resident words: a 4-bit palette code (eight a word) per conv
+                            // channel, per value column
+    unsigned delayed_bits, delayed_prefix; // resident words, where the layer has channels with
+                                           // delayed taps: their bitmap, its prefix counts
 
     unsigned n_delayed, delayed, taps, conv_state; // channels whose conv reads earlier passes:
                           // I: {channel, its anchors' share} each; W: their four taps each
@@ -317,12 +318,9 @@ __device__ __forceinline__ unsigned code_of(const unsigned *codes, unsigned i) {
 // Each channel's table {silu(w3 * bias), w3, bias, delayed index + 1 or 0} of channels
 // base + lane + 32 j (j < KJ, lane + 32 j < n; zeros past n), from the resident palette; a
 // channel with delayed taps is numbered by its rank among them.
-__device__ HELPER void channel_tables(const Layer &L, const Dims &d, const unsigned *res, const float4 *pal,
-                                      unsigned base, unsigned n, float4 (&t)[KJ]) {
+__device__ HELPER void channel_tables(const Layer &L, const unsigned *res, const float4 *pal, unsigned base, unsigned n,
+                                      float4 (&t)[KJ]) {
     unsigned lane = threadIdx.x % 32;
-    const unsigned *codes = res + L.codes;
-    const unsigned *mask = codes + (d.conv_dim + 7) / 8 + (d.hv * d.dv + 7) / 8;
-    const unsigned *prefix = mask + (d.conv_dim + 31) / 32;
 #pragma unroll
     for (unsigned j = 0; j < KJ; j++) {
         unsigned c = base + lane + 32 * j;
@@ -330,8 +328,10 @@ __device__ HELPER void channel_tables(const Layer &L, const Dims &d, const unsig
             t[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             continue;
         }
-        unsigned code = code_of(codes, c);
+        unsigned code = code_of(res + L.codes, c);
         if (code == DELAYED_CODE) {
+            // (The bitmap's offsets are read here only: most layers have no delayed channel.)
+            const unsigned *mask = res + L.delayed_bits, *prefix = res + L.delayed_prefix;
             unsigned rank = prefix[c / 32] + __popc(mask[c / 32] & ((1u << (c % 32)) - 1u));
             t[j] = make_float4(0.0f, 0.0f, 0.0f, (float)(rank + 1));
         } else {
@@ -461,8 +461,8 @@ __device__ HELPER void value_head(unsigned entry, float4 p, const Layer &L, cons
         // (Zero channels give zeros without a load: the same code either way.)
         unsigned nq = reads ? d.dk : 0, nk = writes ? d.dk : 0;
         float4 tq[KJ], tk[KJ];
-        channel_tables(L, d, res, pal, kh * d.dk, nq, tq);
-        channel_tables(L, d, res, pal, d.key_dim + kh * d.dk, nk, tk);
+        channel_tables(L, res, pal, kh * d.dk, nq, tq);
+        channel_tables(L, res, pal, d.key_dim + kh * d.dk, nk, tk);
         channels_out(tq, xs, y, kh * d.dk, nq, q);
         HMARK(1);
         channels_out(tk, xs, y, d.key_dim + kh * d.dk, nk, k);
@@ -517,7 +517,7 @@ __device__ HELPER void value_head(unsigned entry, float4 p, const Layer &L, cons
     if (beta != 0.0f && sk != 0.0f) {
         float v[KJ], mem[KJ] = {};
         float4 tv[KJ];
-        channel_tables(L, d, res, pal, 2 * d.key_dim + head * d.dv, d.dv, tv);
+        channel_tables(L, res, pal, 2 * d.key_dim + head * d.dv, d.dv, tv);
         channels_out(tv, xs, y, 2 * d.key_dim + head * d.dv, d.dv, v);
         HMARK(6);
         over_rows<false>(st, d.dv, k, mem);
@@ -536,7 +536,7 @@ __device__ HELPER void value_head(unsigned entry, float4 p, const Layer &L, cons
     for (unsigned j = 0; j < KJ; j++) {
         unsigned e = lane + 32 * j, c = head * d.dv + e;
         bool in = e < d.dv;
-        float4 zt = in ? pal[L.palette + PALETTE + code_of(res + L.codes + (d.conv_dim + 7) / 8, c)]
+        float4 zt = in ? pal[L.palette + PALETTE + code_of(res + L.zcodes, c)]
                        : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         float zx = in ? xs[spread(L.z_at + c)] : 0.0f;
         sz[j] = zx == 0.0f ? zt.x : silu_f(zx + zt.y); // no signal reached z: silu of its anchors' share

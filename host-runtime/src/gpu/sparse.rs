@@ -29,6 +29,9 @@ struct Csc {
 struct LayerOffsets {
     xin: Csc,
     codes: u32,
+    zcodes: u32,
+    delayed_bits: u32,
+    delayed_prefix: u32,
     n_delayed: u32,
     delayed: u32,
     taps: u32,
@@ -111,39 +114,64 @@ pub struct Resident {
     pub palettes: Vec<f32>,
 }
 
+/// Where a layer's resident codes lie (word offsets into [`Resident::words`]; the delayed
+/// channels' bitmap and prefix counts only where the layer has such channels) and its
+/// palette (a float4 index into [`Resident::palettes`]): the kernel's `Layer` fields of the
+/// same names.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct ResidentAt {
+    codes: u32,
+    zcodes: u32,
+    delayed_bits: u32,
+    delayed_prefix: u32,
+    palette: u32,
+}
+
 impl Resident {
     /// Adds a layer's channel and z-gate tables (four floats per entry); returns where its
-    /// codes start (a word offset) and its palette (a float4 index).
-    fn add(&mut self, layer: usize, channel: &[f32], zgate: &[f32]) -> anyhow::Result<(u32, u32)> {
-        let at = self.words.len() as u32;
-        let palette = (self.palettes.len() / 4) as u32;
+    /// parts lie.
+    fn add(&mut self, layer: usize, channel: &[f32], zgate: &[f32]) -> anyhow::Result<ResidentAt> {
         let delayed = |i: usize| channel[4 * i + 3] != 0.0;
         let (channel_palette, channel_codes) = palette_codes(channel, delayed)
             .with_context(|| format!("layer {layer}'s conv channels; use --kernel reference"))?;
         let (z_palette, z_codes) = palette_codes(zgate, |_| false)
             .with_context(|| format!("layer {layer}'s z gates; use --kernel reference"))?;
-        self.words.extend(channel_codes);
-        self.words.extend(z_codes);
+        let mut at = ResidentAt {
+            palette: (self.palettes.len() / 4) as u32,
+            ..Default::default()
+        };
         for part in [channel_palette, z_palette] {
             let mut part = part.concat();
             part.resize(4 * PALETTE, 0.0);
             self.palettes.extend(part);
         }
-        self.words.extend(delayed_bitmap(layer, channel)?);
-        Ok((at, palette))
+        at.codes = self.append(channel_codes);
+        at.zcodes = self.append(z_codes);
+        if let Some((bits, prefix)) = delayed_bitmap(layer, channel)? {
+            at.delayed_bits = self.append(bits);
+            at.delayed_prefix = self.append(prefix);
+        }
+        Ok(at)
+    }
+
+    /// Appends `words`; returns where they start.
+    fn append(&mut self, words: Vec<u32>) -> u32 {
+        let at = self.words.len() as u32;
+        self.words.extend(words);
+        at
     }
 }
 
 /// The bitmap of a layer's channels with delayed taps and its prefix counts (one word per
-/// 32 channels each), empty when it has none: the kernel numbers such a channel by its
+/// 32 channels each), None when it has none: the kernel numbers such a channel by its
 /// rank, as the tables do (in channel order, from 1; checked).
-fn delayed_bitmap(layer: usize, channel: &[f32]) -> anyhow::Result<Vec<u32>> {
+fn delayed_bitmap(layer: usize, channel: &[f32]) -> anyhow::Result<Option<(Vec<u32>, Vec<u32>)>> {
     let n = channel.len() / 4;
     let delayed = |i: usize| channel[4 * i + 3] != 0.0;
     if !(0..n).any(delayed) {
-        return Ok(Vec::new());
+        return Ok(None);
     }
-    let mut mask: Vec<u32> = (0..n.div_ceil(32))
+    let mask: Vec<u32> = (0..n.div_ceil(32))
         .map(|w| {
             (0..32)
                 .filter(|b| 32 * w + b < n && delayed(32 * w + b))
@@ -165,8 +193,7 @@ fn delayed_bitmap(layer: usize, channel: &[f32]) -> anyhow::Result<Vec<u32>> {
             rank + 1
         );
     }
-    mask.extend(prefix);
-    Ok(mask)
+    Ok(Some((mask, prefix)))
 }
 
 /// The distinct entries (four floats each) of `table`, at most `PALETTE - 1`, and a 4-bit
@@ -407,7 +434,9 @@ fn mixer_tables(
             [silu(0.0 + z_bias[col]), z_bias[col], layer.norm[col % dv], used]
         })
         .collect();
-    (o.codes, o.palette) = resident.add(l, &channel, &zgate)?;
+    let at = resident.add(l, &channel, &zgate)?;
+    (o.codes, o.zcodes, o.delayed_bits, o.delayed_prefix, o.palette) =
+        (at.codes, at.zcodes, at.delayed_bits, at.delayed_prefix, at.palette);
     let head: Vec<f32> = (0..hv)
         .flat_map(|h| {
             [
@@ -567,20 +596,21 @@ mod tests {
             .collect()
     }
 
-    /// Decodes entry i of a layer's resident codes (n channels, n value columns) as the kernel does: its palette entry,
-    /// or for a delayed channel {0, 0, 0, rank + 1}.
-    fn decode(r: &Resident, codes: usize, palette: usize, n: usize, i: usize, z: bool) -> [f32; 4] {
-        let words = &r.words[codes..];
-        let (first, part) = if z { (n.div_ceil(8), PALETTE) } else { (0, 0) };
-        let code = (words[first + i / 8] >> (4 * (i % 8))) & 15;
+    /// Decodes channel (or, with `z`, value column) i of a layer's resident codes as the
+    /// kernel does: its palette entry, or for a delayed channel {0, 0, 0, rank + 1}.
+    fn decode(r: &Resident, at: ResidentAt, i: usize, z: bool) -> [f32; 4] {
+        let (codes, part) = if z { (at.zcodes, PALETTE) } else { (at.codes, 0) };
+        let code = (r.words[codes as usize + i / 8] >> (4 * (i % 8))) & 15;
         if !z && code == DELAYED_CODE {
-            let mask = &words[2 * n.div_ceil(8)..]; // after the channels' and the z gates' codes (n each)
-            let prefix = &mask[n.div_ceil(32)..];
+            let (mask, prefix) = (
+                &r.words[at.delayed_bits as usize..],
+                &r.words[at.delayed_prefix as usize..],
+            );
             let rank = prefix[i / 32] + (mask[i / 32] & ((1u32 << (i % 32)) - 1)).count_ones();
             return [0.0, 0.0, 0.0, (rank + 1) as f32];
         }
-        let at = 4 * (palette + part + code as usize);
-        r.palettes[at..at + 4].try_into().unwrap()
+        let entry = 4 * (at.palette as usize + part + code as usize);
+        r.palettes[entry..entry + 4].try_into().unwrap()
     }
 
     #[test]
@@ -601,23 +631,15 @@ mod tests {
         let zgate: Vec<f32> = (0..n).flat_map(|i| [128.0, 128.0, 0.25, (i % 2) as f32]).collect();
         let mut r = Resident::default();
         r.add(0, &vec![0.0; 4 * 16], &vec![0.0; 4 * 16]).unwrap();
-        let (codes, palette) = r.add(1, &channel, &zgate).unwrap();
+        let at = r.add(1, &channel, &zgate).unwrap();
         for i in 0..n {
             let want: [f32; 4] = if channel[4 * i + 3] != 0.0 {
                 [0.0, 0.0, 0.0, channel[4 * i + 3]]
             } else {
                 channel[4 * i..4 * i + 4].try_into().unwrap()
             };
-            assert_eq!(
-                decode(&r, codes as usize, palette as usize, n, i, false),
-                want,
-                "channel {i}"
-            );
-            assert_eq!(
-                decode(&r, codes as usize, palette as usize, n, i, true),
-                zgate[4 * i..4 * i + 4],
-                "z {i}"
-            );
+            assert_eq!(decode(&r, at, i, false), want, "channel {i}");
+            assert_eq!(decode(&r, at, i, true), zgate[4 * i..4 * i + 4], "z {i}");
         }
     }
 
