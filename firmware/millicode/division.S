@@ -90,7 +90,8 @@ rem_entry:
 # costs passes, so the quick cases (quotient 0 or 1) read the operands where they are.
 # Otherwise long division over the quotient's bits only: the divisor is shifted up under
 # the dividend (whole bytes first), then each step subtracts it where it fits and halves
-# it. It uses x6, x9, x14..x18 only (the signed entries keep their sign masks in x11, x12).
+# it, until it falls below the divisor (no step counter: each instruction is a pass or
+# more). It uses x6, x14..x18 only (the signed entries keep their sign masks in x11, x12).
 udivmod:                                # the signed entries' magnitudes: x5, x6
         bne     x5, x14, udivmod_miss
         bne     x6, x15, udivmod_miss
@@ -109,29 +110,24 @@ udivmod_window:                         # the unsigned entries' operands
         bltu    x18, x15, 7f            # n < 2d: quotient 1, remainder n - d
         mv      x17, x14                # the remainder, reduced in place
         mv      x6, x15                 # the divisor, shifted in place
-# The rows are laid out by hand: each loop sits inside one ROM row of eight
-# instructions (a jump within a row costs no pass, one to another row costs an `x` pass).
-        li      x9, 0                   # k: the quotient has k + 1 bits
 2:      srli    x18, x17, 8             # while (d << k) << 8 <= n, i.e. d << k <= n >> 8
         bltu    x18, x6, 3f
         slli    x6, x6, 8
-        addi    x9, x9, 8
         j       2b
 6:      mv      x17, x14
+        ret
+7:      sub     x17, x14, x15
+        li      x16, 1
         ret
 3:      srli    x18, x17, 1             # while (d << k) << 1 <= n
         bltu    x18, x6, 4f
         slli    x6, x6, 1
-        addi    x9, x9, 1
         j       3b
-7:      sub     x17, x14, x15
-        li      x16, 1
-        ret
-4:      slli    x16, x16, 1             # one quotient bit per step, from the top
-        bltu    x17, x6, 5f
+        .balign 32                      # (the quotient loop in one row)
+4:      slli    x16, x16, 1             # one quotient bit per step, from the top, while
+        bltu    x17, x6, 5f             # the shifted divisor d << i is at least d
         sub     x17, x17, x6
         ori     x16, x16, 1
 5:      srli    x6, x6, 1
-        addi    x9, x9, -1
-        bgez    x9, 4b
+        bgeu    x6, x15, 4b
         ret
