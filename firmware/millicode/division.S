@@ -48,8 +48,15 @@ remu_entry:
 2:      mv      x31, x29
         ecall
 
+# The signed entries with both operands non-negative are the unsigned ones (the same
+# results, a zero divisor's too; INT_MIN / -1 has a negative operand), which skip the
+# magnitudes and the sign fix-up (most divisions in C are of non-negative ints).
 div_entry:
-        mv      x5, x29
+        bltz    x29, 2f
+        bltz    x30, 2f
+        j       divu_entry
+        .balign 32                      # (padding never run: every row's eighth word short)
+2:      mv      x5, x29
         mv      x6, x30
         beqz    x6, 1f
         srai    x11, x5, 31             # sign masks
@@ -67,7 +74,11 @@ div_entry:
         ecall
 
 rem_entry:
-        mv      x5, x29
+        bltz    x29, 2f
+        bltz    x30, 2f
+        j       remu_entry
+        .balign 32                      # (padding never run: every row's eighth word short)
+2:      mv      x5, x29
         mv      x6, x30
         beqz    x6, 1f
         srai    x11, x5, 31
