@@ -61,14 +61,6 @@ impl InstructionClass {
         }
     }
 
-    /// Whether the class is one of the four divisions.
-    pub fn is_division(self) -> bool {
-        matches!(
-            self,
-            InstructionClass::Div | InstructionClass::Divu | InstructionClass::Rem | InstructionClass::Remu
-        )
-    }
-
     /// The class of instruction word `word` (a word that is not RV32IM never retires;
     /// it counts as `System`).
     pub fn of(word: u32) -> Self {
@@ -153,7 +145,6 @@ mod tests {
         for (word, class) in cases {
             assert_eq!(InstructionClass::of(word), class, "{word:#010x}");
         }
-        assert!(InstructionClass::Remu.is_division() && !InstructionClass::Multiply.is_division());
     }
 
     #[test]
