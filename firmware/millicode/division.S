@@ -20,56 +20,65 @@ _millicode:
 # bytes keeps only its low six nibbles: it must have a zero top byte (a nop, mv, ecall,
 # ret, xor, srli, a short forward branch ...). A test checks it.
 #
-# The unsigned entries check the last division's operands themselves (a hit returns
-# from the entry's own row), so the common divu-then-remu pair costs few passes.
+# The unsigned entries answer a quotient of 0 or 1 at once (a dividend below the
+# divisor, or below twice it), then check the last long division's operands themselves
+# (a hit returns from the entry's own row), so the common divu-then-remu pair costs few
+# passes; the routine reuses the entry's n >> 1 (x19).
         .balign 32
 divu_entry:
         beqz    x30, 2f
+        bltu    x29, x30, 3f
         bne     x29, x14, 1f
         bne     x30, x15, 1f
         mv      x31, x16
         ecall
-1:      jal     x1, udivmod_window
-        mv      x31, x16
+3:      li      x31, 0
+        ecall
+1:      srli    x19, x29, 1
+        bgeu    x19, x30, 4f
+        li      x31, 1                  # n < 2d: quotient 1
         ecall
 2:      li      x31, -1
+        ecall
+4:      jal     x1, udivmod_window
+        mv      x31, x16
         ecall
 
         .balign 32
 remu_entry:
         beqz    x30, 2f
+        bltu    x29, x30, 2f            # the remainder is the dividend, as for x / 0
         bne     x29, x14, 1f
         bne     x30, x15, 1f
         mv      x31, x17
         ecall
-1:      jal     x1, udivmod_window
-        mv      x31, x17
-        ecall
 2:      mv      x31, x29
         ecall
+1:      srli    x19, x29, 1
+        bgeu    x19, x30, 4f
+        sub     x31, x29, x30           # n < 2d: remainder n - d
+        ecall
+4:      jal     x1, udivmod_window
+        mv      x31, x17
+        ecall
 
+        .balign 32
 # The signed entries with both operands non-negative are the unsigned ones (the same
 # results, a zero divisor's too; INT_MIN / -1 has a negative operand), which skip the
-# magnitudes and the sign fix-up (most divisions in C are of non-negative ints).
+# magnitudes and the sign fix-up (most divisions in C are of non-negative ints). A
+# magnitude is one write (the operand or its negation, by a branch on its sign), and so
+# is the fix-up.
 div_entry:
         bltz    x29, 2f
         bltz    x30, 2f
         j       divu_entry
-        .balign 32                      # (padding never run: every row's eighth word short)
-2:      mv      x5, x29
-        mv      x6, x30
-        beqz    x6, 1f
-        srai    x11, x5, 31             # sign masks
-        srai    x12, x6, 31
-        xor     x5, x5, x11             # magnitudes
-        sub     x5, x5, x11
-        xor     x6, x6, x12
-        sub     x6, x6, x12
-        jal     x1, udivmod
+2:      beqz    x30, 1f
+        jal     x1, magnitudes
         xor     x13, x11, x12           # the quotient is negative when the signs differ
-        xor     x7, x16, x13
-        sub     x31, x7, x13
-        ecall
+        mv      x31, x16
+        beqz    x13, 3f
+        neg     x31, x16
+3:      ecall
 1:      li      x31, -1
         ecall
 
@@ -77,68 +86,74 @@ rem_entry:
         bltz    x29, 2f
         bltz    x30, 2f
         j       remu_entry
-        .balign 32                      # (padding never run: every row's eighth word short)
-2:      mv      x5, x29
-        mv      x6, x30
-        beqz    x6, 1f
-        srai    x11, x5, 31
-        srai    x12, x6, 31
-        xor     x5, x5, x11
-        sub     x5, x5, x11
-        xor     x6, x6, x12
-        sub     x6, x6, x12
-        jal     x1, udivmod
-        xor     x8, x17, x11            # the remainder takes the dividend's sign
-        sub     x31, x8, x11
-        ecall
+2:      beqz    x30, 1f
+        jal     x1, magnitudes
+        mv      x31, x17                # the remainder takes the dividend's sign
+        beqz    x11, 3f
+        neg     x31, x17
+3:      ecall
 1:      mv      x31, x29
         ecall
 
-# x16 = x14 / x15, x17 = x14 % x15 (unsigned, x15 != 0), with x14, x15 the operands:
-# the last division's operands and results stay there, so a quotient and a remainder
-# of the same operands (gcc emits divu then remu, in libgcc's 64-bit division too) cost
-# one routine, and the results are never copied. Every register write of a 32-bit value
-# costs passes, so the quick cases (quotient 0 or 1) read the operands where they are.
-# Otherwise long division over the quotient's bits only: the divisor is shifted up under
-# the dividend (whole bytes first), then each step subtracts it where it fits and halves
-# it, until it falls below the divisor (no step counter: each instruction is a pass or
-# more). It uses x6, x14..x18 only (the signed entries keep their sign masks in x11, x12).
-udivmod:                                # the signed entries' magnitudes: x5, x6
-        bne     x5, x14, udivmod_miss
-        bne     x6, x15, udivmod_miss
+# x16 = |x29| / |x30|, x17 = |x29| % |x30| (x30 != 0), with x11 = 1 where x29 < 0 and
+# x12 = 1 where x30 < 0; the magnitudes in x5, x6.
+magnitudes:
+        slti    x11, x29, 0
+        slti    x12, x30, 0
+        bnez    x11, 1f
+        mv      x5, x29
+        j       2f
+1:      neg     x5, x29
+2:      bnez    x12, 1f
+        mv      x6, x30
+        j       2f
+1:      neg     x6, x30
+2:      bne     x5, x14, 3f
+        bne     x6, x15, 3f
         ret
-udivmod_miss:
-        mv      x14, x5
+3:      mv      x14, x5
         mv      x15, x6
-        j       1f
-        .balign 32
+        bgeu    x14, x15, 5f
+        li      x16, 0                  # n < d: quotient 0, remainder n
+        mv      x17, x14
+        ret
+5:      srli    x19, x14, 1
+        bgeu    x19, x15, 6f
+        sub     x17, x14, x15           # n < 2d: quotient 1, remainder n - d
+        li      x16, 1
+        ret
+        nop                             # (padding, never run: the loops below each in one row)
+
+# x16 = x14 / x15, x17 = x14 % x15 (unsigned, quotient at least 2, x19 = x14 >> 1),
+# with x14, x15 the operands: the last long division's operands and results stay there,
+# so a quotient and a remainder of the same operands (gcc emits divu then remu, in
+# libgcc's 64-bit division too) cost one routine, and the results are never copied.
+# Every register write of a 32-bit value costs passes, so the quick cases are answered
+# before the operands are copied, and the shifts the loops compare against are made
+# once. Long division over the quotient's bits only: the divisor is shifted up under the
+# dividend (whole bytes first), its top quotient bit is 1 (the remainder starts as the
+# first difference), then each step subtracts it where it fits and halves it, until it
+# falls below the divisor (no step counter: each instruction is a pass or more). It uses
+# x6, x14..x19 only.
 udivmod_window:                         # the unsigned entries' operands
         mv      x14, x29
         mv      x15, x30
-1:      li      x16, 0
-        bltu    x14, x15, 6f            # n < d: quotient 0, remainder n
-        srli    x18, x14, 1
-        bltu    x18, x15, 7f            # n < 2d: quotient 1, remainder n - d
-        mv      x17, x14                # the remainder, reduced in place
-        mv      x6, x15                 # the divisor, shifted in place
-2:      srli    x18, x17, 8             # while (d << k) << 8 <= n, i.e. d << k <= n >> 8
+6:      mv      x6, x15                 # the divisor, shifted in place
+        srli    x18, x14, 8
         bltu    x18, x6, 3f
-        slli    x6, x6, 8
-        j       2b
-6:      mv      x17, x14
-        ret
-7:      sub     x17, x14, x15
+2:      slli    x6, x6, 8               # whole bytes while d << (k + 8) <= n
+        bgeu    x18, x6, 2b
+3:      bltu    x19, x6, 4f
+7:      slli    x6, x6, 1               # then bits while d << (k + 1) <= n
+        bgeu    x19, x6, 7b
+4:      sub     x17, x14, x6            # the top quotient bit
         li      x16, 1
-        ret
-3:      srli    x18, x17, 1             # while (d << k) << 1 <= n
-        bltu    x18, x6, 4f
-        slli    x6, x6, 1
-        j       3b
+        j       8f
         .balign 32                      # (the quotient loop in one row)
-4:      slli    x16, x16, 1             # one quotient bit per step, from the top, while
-        bltu    x17, x6, 5f             # the shifted divisor d << i is at least d
+5:      slli    x16, x16, 1             # one quotient bit per step, from the top, while
+        bltu    x17, x6, 8f             # the shifted divisor d << i is at least d
         sub     x17, x17, x6
         ori     x16, x16, 1
-5:      srli    x6, x6, 1
-        bgeu    x6, x15, 4b
+8:      srli    x6, x6, 1
+        bgeu    x6, x15, 5b
         ret
