@@ -4,29 +4,47 @@
 # halves of the ROM's last head's rows (pc 0x1F000 on, the same pcs as the user code in
 # their lower halves). Here register fields name shadow registers, except the window:
 # reading x29 reads the caller's rs1, reading x30 its rs2, writing x31 writes its rd.
+# A division enters at row 2·(funct3 & 3), slot 0: DIV at row 0, DIVU at 2, REM at 4,
+# REMU at 6 (the chip's `xm` token names that row; two rows an entry, `.balign 64`).
 # `ecall` returns to the instruction after the division. Results follow the
 # specification: x/0 gives all ones (quotient) and x (remainder); INT_MIN/-1 gives
 # INT_MIN and 0.
         .text
         .globl  _millicode
 _millicode:
-        j       div_entry               # slot 0: DIV   (funct3 100)
-        j       divu_entry              # slot 1: DIVU  (funct3 101)
-        j       rem_entry               # slot 2: REM   (funct3 110)
-        j       remu_entry              # slot 3: REMU  (funct3 111)
 
 # The chip keeps this routine in the upper halves of ROM rows (entries 64..125; the
 # row's last two entries are its anchor), so the eighth instruction of every row of 32
 # bytes keeps only its low six nibbles: it must have a zero top byte (a nop, mv, ecall,
 # ret, xor, srli, a short forward branch ...). A test checks it.
 #
+# The signed entries with both operands non-negative are the unsigned ones (the same
+# results, a zero divisor's too; INT_MIN / -1 has a negative operand), which skip the
+# magnitudes and the sign fix-up (most divisions in C are of non-negative ints). A
+# magnitude is one write (the operand or its negation, by a branch on its sign), and so
+# is the fix-up.
+div_entry:                              # row 0: DIV (funct3 100)
+        bltz    x29, 2f
+        bltz    x30, 2f
+        j       divu_entry
+2:      beqz    x30, div_by_zero
+        jal     x1, magnitudes
+        xor     x13, x11, x12           # the quotient is negative when the signs differ
+        mv      x31, x16
+        beqz    x13, 3f
+        neg     x31, x16
+3:      ecall
+div_by_zero:
+        li      x31, -1
+        ecall
+
 # The unsigned entries answer a quotient of 0 or 1 at once (a dividend below the
 # divisor, or below twice it), then check the last long division's operands themselves
 # (a hit returns from the entry's own row), so the common divu-then-remu pair costs few
 # passes; the routine reuses the entry's n >> 1 (x19).
-        .balign 32
-divu_entry:
-        beqz    x30, 2f
+        .balign 64
+divu_entry:                             # row 2: DIVU (funct3 101)
+        beqz    x30, div_by_zero
         bltu    x29, x30, 3f
         bne     x29, x14, 1f
         bne     x30, x15, 1f
@@ -38,14 +56,27 @@ divu_entry:
         bgeu    x19, x30, 4f
         li      x31, 1                  # n < 2d: quotient 1
         ecall
-2:      li      x31, -1
-        ecall
 4:      jal     x1, udivmod_window
         mv      x31, x16
         ecall
 
-        .balign 32
-remu_entry:
+        .balign 64
+rem_entry:                              # row 4: REM (funct3 110)
+        bltz    x29, 2f
+        bltz    x30, 2f
+        j       remu_entry
+2:      beqz    x30, 1f
+        jal     x1, magnitudes
+        beqz    x11, 3f                 # the remainder takes the dividend's sign
+        neg     x31, x17
+        ecall
+3:      mv      x31, x17
+        ecall
+1:      mv      x31, x29
+        ecall
+
+        .balign 64
+remu_entry:                             # row 6: REMU (funct3 111)
         beqz    x30, 2f
         bltu    x29, x30, 2f            # the remainder is the dividend, as for x / 0
         bne     x29, x14, 1f
@@ -62,39 +93,7 @@ remu_entry:
         mv      x31, x17
         ecall
 
-        .balign 32
-# The signed entries with both operands non-negative are the unsigned ones (the same
-# results, a zero divisor's too; INT_MIN / -1 has a negative operand), which skip the
-# magnitudes and the sign fix-up (most divisions in C are of non-negative ints). A
-# magnitude is one write (the operand or its negation, by a branch on its sign), and so
-# is the fix-up.
-div_entry:
-        bltz    x29, 2f
-        bltz    x30, 2f
-        j       divu_entry
-2:      beqz    x30, 1f
-        jal     x1, magnitudes
-        xor     x13, x11, x12           # the quotient is negative when the signs differ
-        mv      x31, x16
-        beqz    x13, 3f
-        neg     x31, x16
-3:      ecall
-1:      li      x31, -1
-        ecall
-
-rem_entry:
-        bltz    x29, 2f
-        bltz    x30, 2f
-        j       remu_entry
-2:      beqz    x30, 1f
-        jal     x1, magnitudes
-        mv      x31, x17                # the remainder takes the dividend's sign
-        beqz    x11, 3f
-        neg     x31, x17
-3:      ecall
-1:      mv      x31, x29
-        ecall
-
+        .balign 64
 # x16 = |x29| / |x30|, x17 = |x29| % |x30| (x30 != 0), with x11 = 1 where x29 < 0 and
 # x12 = 1 where x30 < 0; the magnitudes in x5, x6.
 magnitudes:
@@ -122,7 +121,6 @@ magnitudes:
         sub     x17, x14, x15           # n < 2d: quotient 1, remainder n - d
         li      x16, 1
         ret
-        nop                             # (padding, never run: the loops below each in one row)
 
 # x16 = x14 / x15, x17 = x14 % x15 (unsigned, quotient at least 2, x19 = x14 >> 1),
 # with x14, x15 the operands: the last long division's operands and results stay there,

@@ -455,8 +455,10 @@ pub fn build(c: &mut Circuit, t: &Tok, f: &Front, d: &Decoded, r: &RegFile, x: &
     // lk passes (xm has no head field, and its row is millicode row rlo).
     let sequential = all(&[seq.clone(), f.wrap.clone()]) + f.rebase.clone();
     let ret = |v: &[Expr]| value(v);
-    // A division enters the millicode at its first row (an `xm` carries only the rlo).
+    // A division enters the millicode at its entry's row, slot 0 (an `xm` carries only
+    // the rlo: the millicode's rows all share the first row's head and rhi).
     let [mc_head, mc_rhi, mc_rlo] = row_digits(millicode::FIRST_ROW).map(|d| Expr::constant(d as f64));
+    let entry_rlo = mc_rlo + d.funct3_low.clone() * millicode::ENTRY_ROWS as f64;
     let x_fields: [(usize, Expr, Expr, Expr, Expr, Expr); 4] = [
         (
             field::HEAD,
@@ -479,7 +481,7 @@ pub fn build(c: &mut Circuit, t: &Tok, f: &Front, d: &Decoded, r: &RegFile, x: &
             value(&f.next_rlo),
             bits_value(&x.target[5..9]),
             ret(&d.ret_rlo),
-            mc_rlo,
+            entry_rlo,
             lat(latch::T_RLO),
         ),
         (
@@ -487,7 +489,7 @@ pub fn build(c: &mut Circuit, t: &Tok, f: &Front, d: &Decoded, r: &RegFile, x: &
             Expr::zero(),
             bits_value(&x.target[2..5]),
             ret(&d.ret_slot),
-            d.funct3_low.clone(),
+            Expr::zero(),
             lat(latch::T_SLOT),
         ),
     ];
