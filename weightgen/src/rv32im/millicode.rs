@@ -34,6 +34,9 @@ pub const ROWS: usize = 16;
 /// entry's row, and no jump table costs a pass.
 pub const ENTRY_ROWS: usize = 2;
 
+// Entries DIV, DIVU, REM, REMU at rows 0, 2, 4, 6: an `xm` token's rlo names one of ROWS.
+const _: () = assert!(3 * ENTRY_ROWS < ROWS, "a division entry past the millicode's rows");
+
 /// The millicode source.
 pub const SOURCE: &str = include_str!("../../../firmware/millicode/division.S");
 
@@ -63,6 +66,11 @@ pub const WORDS: &[u32] = &[
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_last_entry_row_holds_code() {
+        assert!(WORDS.len() > 3 * ENTRY_ROWS * 8, "the REMU entry's row is empty");
+    }
 
     #[test]
     fn millicode_rows_differ_in_rlo_only() {
