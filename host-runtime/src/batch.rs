@@ -21,29 +21,25 @@ use crate::vm::{ChipSource, Device};
 /// state, about 11 MB at the 0.8b shape).
 pub const CPU_MACHINES: usize = 16;
 
-/// Threads per machine (one block each) of the GPU's batch kernel while every machine
-/// has an SM of its own: the single-stream kernel's shape, the fastest per machine.
-pub const GPU_THREADS_ALONE: u32 = 1024;
 /// Threads per machine once machines outnumber the SMs: several machines share an SM
 /// (measured on the H200 at 1,024 machines, aggregate passes/s: 512 threads 1.27–1.30 M,
-/// 256 1.16–1.18 M, 192 1.06 M, 128 0.80 M, 1,024 (one machine per SM) 0.82 M).
+/// 256 1.16–1.18 M, 192 1.06 M, 128 0.80 M, 1,024 (one machine an SM) 0.82 M).
 pub const GPU_THREADS_SHARED: u32 = 512;
 
 /// Replaces the threads per machine (32 to 1024, a multiple of 32): a tuning knob, for
 /// measuring how many machines an SM runs best.
 pub const GPU_THREADS_ENV: &str = "INBAND_BATCH_THREADS";
 
-/// The threads per machine of the GPU's batch kernel for `machines` machines.
+/// The threads per machine of the GPU's batch kernel for `machines` machines: while
+/// every machine has an SM of its own, the single stream's block
+/// ([`crate::gpu::threads_alone`]).
 #[cfg(feature = "cuda")]
-fn gpu_threads(ordinal: usize, machines: usize) -> anyhow::Result<u32> {
-    if let Ok(n) = std::env::var(GPU_THREADS_ENV) {
-        return n
-            .trim()
-            .parse()
-            .map_err(|_| anyhow::anyhow!("{GPU_THREADS_ENV}={n:?} is not a number of threads"));
+fn gpu_threads(chip: &ChipModel, ordinal: usize, machines: usize) -> anyhow::Result<u32> {
+    if let Some(n) = crate::gpu::threads_from_env(GPU_THREADS_ENV) {
+        return n;
     }
     Ok(if machines <= crate::gpu::multiprocessors(ordinal)? {
-        GPU_THREADS_ALONE
+        crate::gpu::threads_alone(chip)?
     } else {
         GPU_THREADS_SHARED
     })
@@ -84,7 +80,7 @@ pub fn engine<'a>(chip: &'a ChipModel, device: Device, machines: usize) -> anyho
             ordinal,
             kernel,
             machines,
-            gpu_threads(ordinal, machines)?,
+            gpu_threads(chip, ordinal, machines)?,
         )?)),
         #[cfg(not(feature = "cuda"))]
         Device::Cuda(..) => anyhow::bail!(

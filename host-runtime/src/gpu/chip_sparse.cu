@@ -74,7 +74,16 @@
 // zeroed with float4 stores (−0.0 to −0.5 %); a head's z-gate table and out_proj column
 // ends loaded into registers as soon as it may read (−6 to −8 %; either alone −2 to −6 %:
 // spills, and every head's chain 2 k cycles longer); WIDE_COLUMN 4 or 8 instead of 16
-// (−0.5 % and +0.1 to +0.7 %, noise).
+// (−0.5 % and +0.1 to +0.7 %, noise). Measured at the block's shape of the time: the
+// tables loaded past L1 (`__ldcg`: −0.4 %), so L1 misses are not what the chains wait
+// for; the warps without a head prefetching the MLP's neuron records and the next
+// scatters' columns into L1 during the heads (−2.6 %: the MLP and scatters were not
+// shorter, the heads longer); q's tables then k's (more spills: −0.4 %); the z gate and
+// out_proj ends loaded before the delta rule at 512 and 768 threads, where they do not
+// spill (no gain); only the input rows a scatter added into zeroed, by a bitmap (−3 %:
+// the rows of one word zeroed one after another). The next token is no guess to run a
+// pass ahead on: in hello, strings and int64 the token that followed the same one (or
+// the same two, three) last time comes again 25–43 % of the time.
 
 // The phases of the -DPROFILE cycle counts, per layer (MARK in chip_common.cuh, indexed
 // by the layer l being run).
@@ -660,20 +669,23 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
             __syncwarp();
             bool mine = lane < d.kinds && tk.kind_off[lane] <= token && (lane + 1 >= d.kinds || token < tk.kind_off[lane + 1]);
             unsigned k = __ffs(__ballot_sync(FULL, mine)) - 1;
-            if (lane == 0) {
-                nz_count = 0;
-                unsigned idx = token - tk.kind_off[k];
+            // Lane f < nf sets field f's one-hot (the token's index, digit f in the kind's
+            // mixed radix, the last field the lowest), lane nf the kind's dim. (Lane 0 set
+            // them all one after another, each `mark` two shared atomics: measured, the
+            // lanes at once +0.5 to +1.5 % passes/s.)
+            unsigned nf = tk.kind_nf[k], idx = token - tk.kind_off[k];
+            if (lane == 0) nz_count = 0;
+            __syncwarp();
+            if (lane <= nf) {
                 unsigned r = d.chip_base + tk.kind_dim[k];
+                if (lane < nf) {
+                    unsigned below = 1; // the product of the later fields' sizes
+                    for (unsigned g = lane + 1; g < nf; g++) below *= tk.field_size[tk.kind_fields[k * 8 + g]];
+                    unsigned fid = tk.kind_fields[k * 8 + lane];
+                    r = d.chip_base + tk.field_dim[fid] + (idx / below) % tk.field_size[fid];
+                }
                 mark(z, r);
                 hidden[r] = 1.0f;
-                for (int f = (int)tk.kind_nf[k] - 1; f >= 0; f--) {
-                    unsigned fid = tk.kind_fields[k * 8 + f];
-                    unsigned size = tk.field_size[fid];
-                    r = d.chip_base + tk.field_dim[fid] + idx % size;
-                    mark(z, r);
-                    hidden[r] = 1.0f;
-                    idx /= size;
-                }
             }
         }
         __syncthreads();

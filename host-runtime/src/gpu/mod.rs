@@ -30,9 +30,15 @@ pub mod text;
 const COMMON: &str = include_str!("chip_common.cuh");
 const REFERENCE_KERNEL: &str = include_str!("chip_reference.cu");
 const SPARSE_KERNEL: &str = include_str!("chip_sparse.cu");
-/// Threads per machine of a single-stream engine (one block; the batch engine chooses
-/// its own, see [`GpuChip::with_slots`]).
-pub const THREADS: u32 = 1024;
+/// The fewest threads of a machine that has an SM to itself (a single stream, or a batch
+/// of at most one machine an SM): at 1,024 threads a thread holds 64 registers and the
+/// value heads' chains spill (32 bytes), at 768 it holds 80. Measured on the H200 at the
+/// 0.8b shape (16 value heads), single stream: 768 and 640 threads +1.8 to +2.2 %
+/// passes/s over 1,024, 512 −2.7 % (the scatters' and MLPs' loops twice as long).
+pub const THREADS_ALONE_MIN: u32 = 768;
+/// Replaces [`threads_alone`]'s choice (32 to 1024, a multiple of 32): a tuning knob,
+/// for measuring the block shape of a single stream.
+pub const THREADS_ENV: &str = "INBAND_THREADS";
 /// Passes one launch may run (the host reads the chosen tokens after each launch).
 const LOOKAHEAD: usize = 1 << 15;
 /// Extra NVRTC options for the chip kernel, whitespace-separated: a tuning and
@@ -334,18 +340,41 @@ pub fn available() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The streaming multiprocessors of GPU `ordinal` (each runs one 1024-thread machine, or
-/// several smaller ones, at a time).
+/// The streaming multiprocessors of GPU `ordinal` (each runs one machine of
+/// [`threads_alone`] threads, or several smaller ones, at a time).
 pub fn multiprocessors(ordinal: usize) -> anyhow::Result<usize> {
     available()?;
     let ctx = CudaContext::new(ordinal).with_context(|| format!("cannot open CUDA device {ordinal}"))?;
     Ok(ctx.attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as usize)
 }
 
+/// The threads per machine that the environment variable `name` sets, where it is set
+/// (a tuning knob; [`GpuChip::with_slots`] checks the number).
+pub fn threads_from_env(name: &str) -> Option<anyhow::Result<u32>> {
+    let n = std::env::var(name).ok()?;
+    Some(
+        n.trim()
+            .parse()
+            .map_err(|_| anyhow::anyhow!("{name}={n:?} is not a number of threads")),
+    )
+}
+
+/// The threads of a machine that has an SM to itself: a warp for each of a layer's value
+/// heads (a head's chain is one warp's, and a warp running two heads doubles the layer's
+/// longest chain: the 4b shape's 32 heads at 512 threads ran −14 %), at least
+/// [`THREADS_ALONE_MIN`]; [`THREADS_ENV`] replaces it.
+pub fn threads_alone(chip: &ChipModel) -> anyhow::Result<u32> {
+    if let Some(n) = threads_from_env(THREADS_ENV) {
+        return n;
+    }
+    let heads = u32::try_from(chip.config.linear_num_value_heads).unwrap_or(u32::MAX);
+    Ok(heads.saturating_mul(32).clamp(THREADS_ALONE_MIN, 1024))
+}
+
 impl GpuChip {
     /// Uploads `chip`'s layers to GPU `ordinal` and compiles `kernel`: one machine.
     pub fn new(chip: &ChipModel, ordinal: usize, kernel: Kernel) -> anyhow::Result<Self> {
-        Self::with_slots(chip, ordinal, kernel, 1, THREADS)
+        Self::with_slots(chip, ordinal, kernel, 1, threads_alone(chip)?)
     }
 
     /// As [`Self::new`], holding `slots` machines that a launch runs as blocks of
