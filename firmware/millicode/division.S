@@ -38,14 +38,17 @@ div_by_zero:
         li      x31, -1
         ecall
 
-# The unsigned entries answer a quotient of 0 or 1 at once (a dividend below the
-# divisor, or below twice it), then check the last long division's operands themselves
-# (a hit returns from the entry's own row), so the common divu-then-remu pair costs few
-# passes; the routine reuses the entry's n >> 1 (x19).
+# The unsigned entries answer a quotient of 0 at once (a dividend below the divisor:
+# never with a zero divisor), then check the last long division's operands themselves (a
+# hit returns from the entry's own row), so the common divu-then-remu pair costs few
+# passes, then a quotient of 1 (a dividend below twice the divisor); the routine reuses
+# the entry's n >> 1 (x19). REMU checks for a zero divisor after the cache: its operands
+# hit the cache only before any long division (x15 is a divisor that was not 0 ever
+# after), when x14 = x17 = 0, so x29 = 0 and the hit's x17 is the right answer.
         .balign 64
 divu_entry:                             # row 2: DIVU (funct3 101)
+        bltu    x29, x30, 3f            # (never taken with a zero divisor)
         beqz    x30, div_by_zero
-        bltu    x29, x30, 3f
         bne     x29, x14, 1f
         bne     x30, x15, 1f
         mv      x31, x16
@@ -77,8 +80,7 @@ rem_entry:                              # row 4: REM (funct3 110)
 
         .balign 64
 remu_entry:                             # row 6: REMU (funct3 111)
-        beqz    x30, 2f
-        bltu    x29, x30, 2f            # the remainder is the dividend, as for x / 0
+        bltu    x29, x30, 2f            # n < d: the remainder is n
         bne     x29, x14, 1f
         bne     x30, x15, 1f
         mv      x31, x17
@@ -86,6 +88,7 @@ remu_entry:                             # row 6: REMU (funct3 111)
 2:      mv      x31, x29
         ecall
 1:      srli    x19, x29, 1
+        beqz    x30, 2b                 # x % 0 = x
         bgeu    x19, x30, 4f
         sub     x31, x29, x30           # n < 2d: remainder n - d
         ecall
