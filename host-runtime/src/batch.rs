@@ -34,12 +34,17 @@ pub const GPU_THREADS_ENV: &str = "INBAND_BATCH_THREADS";
 /// every machine has an SM of its own, the single stream's block
 /// ([`crate::gpu::threads_alone`]).
 #[cfg(feature = "cuda")]
-fn gpu_threads(chip: &ChipModel, ordinal: usize, machines: usize) -> anyhow::Result<u32> {
+fn gpu_threads(
+    chip: &ChipModel,
+    kernel: crate::vm::CudaKernel,
+    ordinal: usize,
+    machines: usize,
+) -> anyhow::Result<u32> {
     if let Some(n) = crate::gpu::threads_from_env(GPU_THREADS_ENV) {
         return n;
     }
     Ok(if machines <= crate::gpu::multiprocessors(ordinal)? {
-        crate::gpu::threads_alone(chip)?
+        crate::gpu::threads_alone(chip, kernel)?
     } else {
         GPU_THREADS_SHARED
     })
@@ -80,7 +85,7 @@ pub fn engine<'a>(chip: &'a ChipModel, device: Device, machines: usize) -> anyho
             ordinal,
             kernel,
             machines,
-            gpu_threads(chip, ordinal, machines)?,
+            gpu_threads(chip, kernel, ordinal, machines)?,
         )?)),
         #[cfg(not(feature = "cuda"))]
         Device::Cuda(..) => anyhow::bail!(

@@ -93,7 +93,7 @@ __device__ float residual_sum_of_squares(const float *x, unsigned n, unsigned ch
     }
     __syncthreads();
     if (w == 0) {
-        float bm = warp_max(red[l]), rm = warp_max(red[WARPS + l]);
+        float bm = warp_max(l < WARPS ? red[l] : 0.0f), rm = warp_max(l < WARPS ? red[WARPS + l] : 0.0f);
         float acc = 0.0f;
         if (l == 0) {
             for (unsigned a = 0; a < anchors; a++) acc += x[chip_base + a] * x[chip_base + a];

@@ -359,22 +359,26 @@ pub fn threads_from_env(name: &str) -> Option<anyhow::Result<u32>> {
     )
 }
 
-/// The threads of a machine that has an SM to itself: a warp for each of a layer's value
-/// heads (a head's chain is one warp's, and a warp running two heads doubles the layer's
-/// longest chain: the 4b shape's 32 heads at 512 threads ran −14 %), at least
-/// [`THREADS_ALONE_MIN`]; [`THREADS_ENV`] replaces it.
-pub fn threads_alone(chip: &ChipModel) -> anyhow::Result<u32> {
+/// The threads of a machine that has an SM to itself: for the sparse kernel a warp for
+/// each of a layer's value heads (a head's chain is one warp's, and a warp running two
+/// heads doubles the layer's longest chain: the 4b shape's 32 heads at 512 threads ran
+/// −14 %), at least [`THREADS_ALONE_MIN`]; the reference kernel 1,024, its measured
+/// shape. [`THREADS_ENV`] replaces it.
+pub fn threads_alone(chip: &ChipModel, kernel: Kernel) -> anyhow::Result<u32> {
     if let Some(n) = threads_from_env(THREADS_ENV) {
         return n;
     }
     let heads = u32::try_from(chip.config.linear_num_value_heads).unwrap_or(u32::MAX);
-    Ok(heads.saturating_mul(32).clamp(THREADS_ALONE_MIN, 1024))
+    Ok(match kernel {
+        Kernel::Sparse => heads.saturating_mul(32).clamp(THREADS_ALONE_MIN, 1024),
+        Kernel::Reference => 1024,
+    })
 }
 
 impl GpuChip {
     /// Uploads `chip`'s layers to GPU `ordinal` and compiles `kernel`: one machine.
     pub fn new(chip: &ChipModel, ordinal: usize, kernel: Kernel) -> anyhow::Result<Self> {
-        Self::with_slots(chip, ordinal, kernel, 1, threads_alone(chip)?)
+        Self::with_slots(chip, ordinal, kernel, 1, threads_alone(chip, kernel)?)
     }
 
     /// As [`Self::new`], holding `slots` machines that a launch runs as blocks of
