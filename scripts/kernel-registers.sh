@@ -41,8 +41,9 @@ PY
         "$C/bin/nvcc" -arch=sm_90 -cubin -o "$work/k.cubin" --fmad=false -ftz=false -prec-div=true -prec-sqrt=true \
             --ptxas-options=-v -DTHREADS="$threads" "$@" "$work/k.cu" 2>&1 |
             awk '/error/ { print; bad = 1 }
-                 /bytes spill stores/ && !spill { spill = $0 }
-                 /Used [0-9]+ registers/ && !regs { match($0, /Used [0-9]+ registers/); regs = substr($0, RSTART, RLENGTH) }
+                 /Function properties for/ { entry = /chip_passes$/ }
+                 entry && /bytes spill stores/ { spill = $0 }
+                 entry && /Used [0-9]+ registers/ { match($0, /Used [0-9]+ registers/); regs = substr($0, RSTART, RLENGTH) }
                  END { if (!bad) { sub(/^ +/, "", spill); print regs ", " spill } }'
     done
 done
