@@ -20,7 +20,8 @@
 //     no signal reached its z); q is computed only for a read, k only for a write, and
 //     taken normalised from the host where nothing reached them and they are constant
 //     (`pc_base`, the latch); a neuron no signal can reach is constant, its share of down
-//     precomputed.
+//     precomputed, and one no signal reached on this pass is at rest (adds nothing), its
+//     record not loaded.
 // Sums are added in another order than the CPU's. Most of the chip's terms are integers
 // inside fp32's exact range, but not all: silu's tails leave small non-integer terms (the
 // residual's last bits can differ from the CPU's; the token choice has margins), and a
@@ -124,8 +125,10 @@ struct Layer {
                              // bit 19: q and k at qk_const while nothing reaches them
     Csc out;              // out_proj: columns are head outputs, rows residual dims
     Csc gate_up;          // gate rows 0..n_neur, up rows n_neur..2 n_neur
-    unsigned n_neur, n_signal; // the neurons a signal can reach (the rest are constant):
-    unsigned neuron;      // I: each {compact index, gate's anchor share, up's, 0}
+    unsigned n_neur, n_signal; // the neurons a signal can reach (the rest are constant), the
+                               // first n_signal of the compact order
+    unsigned n_awake;     // how many of them add something at rest (no signal reached them)
+    unsigned neuron;      // I: each {its place, gate's anchor share, up's, 0}
     unsigned neuron_down; // I: each {start, end} of its down column's entries
     unsigned n_fixed, fixed_rows, fixed_vals; // the constant neurons' share of down, per residual row
     Csc down;             // columns are compact neurons, rows residual dims
@@ -774,11 +777,16 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
                 unsigned t = base + threadIdx.x % 32;
                 float a = 0.0f;
                 uint2 down = make_uint2(0, 0);
-                if (t < L.n_signal) {
+                // A neuron no signal reached (gate and up rows 0) is at rest, where it adds
+                // nothing (n_awake 0): its record is not loaded (every neuron's record and
+                // down ends are ~150 KB a pass at the 0.8b shape, a pass's other tables
+                // ~50 KB).
+                float gs = t < L.n_signal ? gu[t] : 0.0f, us = t < L.n_signal ? gu[L.n_neur + t] : 0.0f;
+                if (t < L.n_signal && (gs != 0.0f || us != 0.0f || L.n_awake != 0)) {
                     uint4 nr = __ldg((const uint4 *)(I + L.neuron) + t);
                     down = __ldg((const uint2 *)(I + L.neuron_down) + t);
-                    float g = gu[nr.x] + __uint_as_float(nr.y), u = gu[L.n_neur + nr.x] + __uint_as_float(nr.z);
-                    gu[nr.x] = gu[L.n_neur + nr.x] = 0.0f;
+                    float g = gs + __uint_as_float(nr.y), u = us + __uint_as_float(nr.z);
+                    gu[t] = gu[L.n_neur + t] = 0.0f;
                     a = silu_call(g) * u;
                 }
                 if (scatter_down) {

@@ -48,6 +48,7 @@ struct LayerOffsets {
     gate_up: Csc,
     n_neur: u32,
     n_signal: u32,
+    n_awake: u32,
     neuron: u32,
     neuron_down: u32,
     n_fixed: u32,
@@ -519,7 +520,10 @@ fn constant_qk(channel: &[f32], kh: usize, dk: usize, key_dim: usize) -> Option<
 
 /// The MLP's tables: gate and up rows split into anchors' share and signal entries; the
 /// neurons no signal reaches are constant, their share of down folded per residual row;
-/// down in CSC over the compact neurons. Returns the gate/up scratch rows used.
+/// down in CSC over the compact neurons, the ones a signal can reach first (neuron t of
+/// those has gate row t and up row n + t, so the kernel reads them before t's record and
+/// loads the record only where a signal reached them, unless some neuron is awake at rest:
+/// `n_awake`). Returns the gate/up scratch rows used.
 fn mlp_tables(
     layer: &SparseLayer,
     gate_up: &mut Split,
@@ -541,6 +545,17 @@ fn mlp_tables(
     }
     let signal: Vec<usize> = (0..n).filter(|&i| reached[i]).collect();
     o.n_signal = signal.len() as u32;
+    // A neuron at rest (no signal reached it) adds silu(gate's anchor share) × up's, as the
+    // CPU computes it: 0 for all of the chip's; where one is not, the kernel computes them all.
+    o.n_awake = signal
+        .iter()
+        .filter(|&&i| silu(gate_up.bias[i]) * gate_up.bias[n + i] != 0.0)
+        .count() as u32;
+    let place = signal_first(&reached);
+    for (_, target, _) in gate_up.entries.iter_mut() {
+        let i = *target as usize;
+        *target = if i < n { place[i] } else { n + place[i - n] } as u32;
+    }
     o.gate_up = e.csc(f, layer.config.hidden_size, std::mem::take(&mut gate_up.entries))?;
     // The constant neurons' activations, exactly as the CPU computes them, and their share
     // of each down row folded in ascending column order.
@@ -558,7 +573,7 @@ fn mlp_tables(
                 Some(a) => share += w * a,
                 None => {
                     if let Some(&i) = compact.get(&(col as usize)) {
-                        down.push((i, r as u32, w));
+                        down.push((place[i], r as u32, w));
                     }
                 }
             }
@@ -572,22 +587,41 @@ fn mlp_tables(
     o.fixed_rows = f.ints(&fixed_rows);
     o.fixed_vals = f.floats(&fixed_vals);
     o.down = e.csc(f, n, down)?;
-    // Per neuron a signal can reach, one load each: (its compact index, gate's and up's
-    // anchor shares) and where its down column's entries start and end.
+    // Per neuron a signal can reach, one load each: (its place t, gate's and up's anchor
+    // shares) and where its down column's entries start and end.
     let starts = &f.i[o.down.start as usize..];
     let (mut neuron, mut neuron_down) = (Vec::new(), Vec::new());
-    for &i in &signal {
-        neuron.extend([i as u32, gate_up.bias[i].to_bits(), gate_up.bias[n + i].to_bits(), 0]);
-        neuron_down.extend([starts[i], starts[i + 1]]);
+    for (t, &i) in signal.iter().enumerate() {
+        neuron.extend([t as u32, gate_up.bias[i].to_bits(), gate_up.bias[n + i].to_bits(), 0]);
+        neuron_down.extend([starts[t], starts[t + 1]]);
     }
     o.neuron = f.ints_aligned(&neuron, 4);
     o.neuron_down = f.ints_aligned(&neuron_down, 2);
     Ok(2 * n)
 }
 
+/// Each compact neuron's place in the kernel's order: the neurons a signal can reach
+/// first, in compact order, then the constant ones.
+fn signal_first(reached: &[bool]) -> Vec<usize> {
+    let n = reached.len();
+    let mut place = vec![0; n];
+    let order = (0..n).filter(|&i| reached[i]).chain((0..n).filter(|&i| !reached[i]));
+    for (t, i) in order.enumerate() {
+        place[i] = t;
+    }
+    place
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn signal_neurons_take_the_first_places_in_order() {
+        assert_eq!(signal_first(&[true, false, true, false, true]), [0, 3, 1, 4, 2]);
+        assert_eq!(signal_first(&[true, true]), [0, 1]);
+        assert_eq!(signal_first(&[false, false]), [0, 1]);
+    }
 
     /// A channel table from (constant output, has delayed taps) per channel.
     fn table(chs: &[(f32, bool)]) -> Vec<f32> {
