@@ -84,7 +84,13 @@
 // spill (no gain); only the input rows a scatter added into zeroed, by a bitmap (−3 %:
 // the rows of one word zeroed one after another). The next token is no guess to run a
 // pass ahead on: in hello, strings and int64 the token that followed the same one (or
-// the same two, three) last time comes again 25–43 % of the time.
+// the same two, three) last time comes again 25–43 % of the time. At 768 threads: the warps
+// without a head (or without a neuron) adding the gate/up (or the next layer's input)
+// columns of the dims the phase cannot write, leaving the rest to a listing after its
+// barrier (−2.6 to −3.6 %: fewer warps do that work slower than the whole block, and the
+// dims a phase has just written carry most of it); the input rows zeroed after the MLP's
+// neurons (+0.0 to +0.2 %, noise); a thread's neurons' records loaded two or four rounds
+// ahead (spills: −2.4 and −7 %).
 
 // The phases of the -DPROFILE cycle counts, per layer (MARK in chip_common.cuh, indexed
 // by the layer l being run).
