@@ -137,7 +137,7 @@ struct Layer {
     unsigned neuron;      // I: each {its place, gate's anchor share, up's, 0}
     unsigned neuron_down; // I: each {start, end} of its down column's entries
     unsigned n_fixed, fixed_rows, fixed_vals; // the constant neurons' share of down, per residual row
-    Csc down;             // columns are compact neurons, rows residual dims
+    Csc down;             // columns are the neurons in that order, rows residual dims
     unsigned rec;
 };
 
