@@ -545,24 +545,23 @@ fn mlp_tables(
     }
     let signal: Vec<usize> = (0..n).filter(|&i| reached[i]).collect();
     o.n_signal = signal.len() as u32;
-    // A neuron at rest (no signal reached it) adds silu(gate's anchor share) × up's, as the
-    // CPU computes it: 0 for all of the chip's; where one is not, the kernel computes them all.
-    o.n_awake = signal
-        .iter()
-        .filter(|&&i| silu(gate_up.bias[i]) * gate_up.bias[n + i] != 0.0)
-        .count() as u32;
+    // A neuron's activation at rest (no signal reached it), exactly as the CPU computes it:
+    // a constant neuron's always; a signal neuron's where nothing reached it on a pass, 0 for
+    // every one of the chip's (where one is not, the kernel computes them all).
+    let bias = std::mem::take(&mut gate_up.bias);
+    let at_rest = |i: usize| silu(bias[i]) * bias[n + i];
+    o.n_awake = signal.iter().filter(|&&i| at_rest(i) != 0.0).count() as u32;
     let place = signal_first(&reached);
     for (_, target, _) in gate_up.entries.iter_mut() {
         let i = *target as usize;
         *target = if i < n { place[i] } else { n + place[i - n] } as u32;
     }
     o.gate_up = e.csc(f, layer.config.hidden_size, std::mem::take(&mut gate_up.entries))?;
-    // The constant neurons' activations, exactly as the CPU computes them, and their share
-    // of each down row folded in ascending column order.
+    // The constant neurons' share of each down row, folded in ascending column order.
     let compact = super::compact_neurons(layer);
     let fixed_act = |col: usize| -> Option<f32> {
         let i = *compact.get(&col)?;
-        (!reached[i]).then(|| silu(gate_up.bias[i]) * gate_up.bias[n + i])
+        (!reached[i]).then(|| at_rest(i))
     };
     let (mut fixed_rows, mut fixed_vals, mut down) = (Vec::new(), Vec::new(), Vec::new());
     for r in written_rows(&layer.down) {
@@ -592,7 +591,7 @@ fn mlp_tables(
     let starts = &f.i[o.down.start as usize..];
     let (mut neuron, mut neuron_down) = (Vec::new(), Vec::new());
     for (t, &i) in signal.iter().enumerate() {
-        neuron.extend([t as u32, gate_up.bias[i].to_bits(), gate_up.bias[n + i].to_bits(), 0]);
+        neuron.extend([t as u32, bias[i].to_bits(), bias[n + i].to_bits(), 0]);
         neuron_down.extend([starts[t], starts[t + 1]]);
     }
     o.neuron = f.ints_aligned(&neuron, 4);
