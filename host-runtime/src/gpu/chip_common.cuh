@@ -117,21 +117,25 @@ __device__ void load_tokens(Tokens &tk, const Dims &d, const unsigned *I) {
     }
 }
 
-// Each field's best value (the first maximum) and its score, one warp per field, into
-// tk.field_best and tk.field_score (the caller synchronises).
+// Each field's best value (the first maximum) and its score, one half-warp per field (the
+// 0.8b chip has 33 fields, all of at most 32 values: one round for 24 warps, where a warp
+// a field took two), into tk.field_best and tk.field_score (the caller synchronises).
 __device__ void best_field_values(const float *hidden, const Dims &d, Tokens &tk) {
-    unsigned w = threadIdx.x / 32, lane = threadIdx.x % 32;
+    unsigned w = threadIdx.x / 32, lane = threadIdx.x % 32, sub = lane % 16;
 #pragma unroll 1
-    for (unsigned f = w; f < d.fields; f += WARPS) {
-        const float *h = hidden + d.chip_base + tk.field_dim[f];
+    for (unsigned f0 = 2 * w; f0 < d.fields; f0 += 2 * WARPS) {
+        unsigned f = f0 + lane / 16;
+        bool have = f < d.fields;
+        const float *h = hidden + d.chip_base + (have ? tk.field_dim[f] : 0);
         float bs = -__int_as_float(0x7f800000);
-        unsigned bv = 0xffffffffu;
-        for (unsigned v = lane; v < tk.field_size[f]; v += 32)
+        unsigned bv = 0xffffffffu, size = have ? tk.field_size[f] : 0;
+        for (unsigned v = sub; v < size; v += 16)
             if (bv == 0xffffffffu || h[v] > bs) {
                 bs = h[v];
                 bv = v;
             }
-        for (int o = 16; o > 0; o >>= 1) {
+        // (xor over 8 … 1 stays within each half of the warp)
+        for (int o = 8; o > 0; o >>= 1) {
             float os = __shfl_xor_sync(0xffffffff, bs, o);
             unsigned ov = __shfl_xor_sync(0xffffffff, bv, o);
             if (ov != 0xffffffffu && (bv == 0xffffffffu || os > bs || (os == bs && ov < bv))) {
@@ -139,7 +143,7 @@ __device__ void best_field_values(const float *hidden, const Dims &d, Tokens &tk
                 bv = ov;
             }
         }
-        if (lane == 0) {
+        if (have && sub == 0) {
             tk.field_score[f] = bs;
             tk.field_best[f] = bv;
         }

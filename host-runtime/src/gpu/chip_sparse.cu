@@ -11,7 +11,8 @@
 //     every out_proj and down entry added), so only listed dims can be nonzero and no
 //     pass scans the residual; each nonzero listed dim's column of weights (CSC) is added
 //     into the rows it feeds, the columns cut into 32-entry chunks, listed once in a
-//     table in shared memory and spread over the warps;
+//     table in shared memory and spread over the warps (where shared memory holds them,
+//     the input projections' and gate/up's column starts are resident: the 0.8b shape);
 //   - rows are read where they are used, as bias + scattered sum: a conv channel no signal
 //     reached outputs its precomputed constant (only channels with delayed taps keep a
 //     conv state), and so does a value column's z gate (silu of z's anchors' share); a
@@ -90,7 +91,13 @@
 // barrier (−2.6 to −3.6 %: fewer warps do that work slower than the whole block, and the
 // dims a phase has just written carry most of it); the input rows zeroed after the MLP's
 // neurons (+0.0 to +0.2 %, noise); a thread's neurons' records loaded two or four rounds
-// ahead (spills: −2.4 and −7 %).
+// ahead (spills: −2.4 and −7 %). With the column starts resident: each warp adding its
+// own dims' first four chunks itself, the rest through the table after a barrier, which
+// is then left out where no chunk went there (−3.5 %; two chunks −6 %: the gate/up
+// scatters of layers 0-3 list ~20-60 chunks, and most went through the table after the
+// warps' own round); a warp's chunks loaded four (or two) at a time before their adds
+// (−1.7 %: a scatter's time is mostly its listing phase, 1.2-3.5 k cycles, of which the
+// listing warps' own steps are ~1 k; the adds after it are 0.4-1.5 k).
 
 // The phases of the -DPROFILE cycle counts, per layer (MARK in chip_common.cuh, indexed
 // by the layer l being run).
@@ -139,6 +146,8 @@ struct Layer {
     unsigned n_fixed, fixed_rows, fixed_vals; // the constant neurons' share of down, per residual row
     Csc down;             // columns are the neurons in that order, rows residual dims
     unsigned rec;
+    unsigned xin_cols, gate_up_cols; // resident words, where `d.resident_words` reaches them:
+                                     // xin's and gate/up's column starts (`column_of`)
 };
 
 // Error codes the kernel leaves in state[3].
@@ -191,11 +200,12 @@ __device__ __forceinline__ void mark(const Listing &z, unsigned r) {
 // (dim value times the pinned factor), in two steps with a block barrier between.
 //
 // list_chunks: warp w takes listed dims 32 w .. 32 w + 31 (and every WARPS-th such batch
-// after; a layer lists ~80 dims, so most warps take none), skips the zero ones and
-// appends their columns' 32-entry chunks {from << 6 | length, x} to a table in shared
-// memory. It also checks the pin: every listed square below half an ulp of the anchors'
-// sum (only listed dims besides the anchors can be nonzero). Chunks past the table's
-// end are added by the lane that found them (slower, never wrong).
+// after; a layer lists ~90 dims, so most warps take none), skips the zero ones, finds
+// their columns (`column_of`: in shared memory at the 0.8b shape) and appends their
+// 32-entry chunks {from << 6 | length, x} to a table in shared memory. It also checks
+// the pin: every listed square below half an ulp of the anchors' sum (only listed dims
+// besides the anchors can be nonzero). Chunks past the table's end are added by the lane
+// that found them (slower, never wrong).
 //
 // run_chunks: warp w takes chunks w, w + WARPS, …: one entry per lane.
 //
@@ -228,10 +238,34 @@ __device__ HELPER void append_chunks(unsigned from, unsigned len, float x, uint2
     }
 }
 
+// Where column c of matrix m starts (from) and how many entries it has (len): from the
+// resident copy of its starts where shared memory holds it (`cols` below
+// `d.resident_words`; the host's `resident_columns`: a bitmap of the columns with entries,
+// the count before each word, their starts in order), else from L2. ncu sampled the
+// scatters' waits on these starts most: each scatter waited a round trip to L2 for them
+// before its entries' round trip.
+__device__ HELPER void column_of(const Csc &m, unsigned cols, const unsigned *__restrict__ I, const unsigned *res,
+                                 const Dims &d, unsigned c, unsigned &from, unsigned &len) {
+    if (cols < d.resident_words) {
+        const unsigned words = (d.width + 31) / 32, *r = res + cols;
+        unsigned word = r[c / 32], bit = 1u << (c % 32);
+        unsigned k = r[words + c / 32] + __popc(word & (bit - 1u));
+        from = len = 0;
+        if (word & bit) {
+            from = r[2 * words + k];
+            len = r[2 * words + k + 1] - from;
+        }
+    } else {
+        from = __ldg(I + m.start + c);
+        len = __ldg(I + m.start + c + 1) - from;
+    }
+}
+
 template <bool SPREAD>
-__device__ HELPER void list_chunks(const Csc &m, const unsigned *__restrict__ I, const uint2 *__restrict__ E,
-                                   const unsigned *cols, unsigned n, const float *hidden, const Dims &d, unsigned *flag,
-                                   uint2 *table, unsigned *count, float *out) {
+__device__ HELPER void list_chunks(const Csc &m, unsigned m_cols, const unsigned *__restrict__ I,
+                                   const uint2 *__restrict__ E, const unsigned *res, const unsigned *cols, unsigned n,
+                                   const float *hidden, const Dims &d, unsigned *flag, uint2 *table, unsigned *count,
+                                   float *out) {
     unsigned w = threadIdx.x / 32, lane = threadIdx.x % 32;
     for (unsigned batch = 32 * w; batch < n; batch += 32 * WARPS) {
         unsigned t = batch + lane, from = 0, len = 0;
@@ -242,8 +276,7 @@ __device__ HELPER void list_chunks(const Csc &m, const unsigned *__restrict__ I,
             if (!(v * v + v * v < d.anchor_ulp)) *flag = ERR_NORM_UNPINNED;
             if (v != 0.0f) {
                 x = v * d.norm_inv;
-                from = __ldg(I + m.start + c);
-                len = __ldg(I + m.start + c + 1) - from;
+                column_of(m, m_cols, I, res, d, c, from, len);
             }
         }
         append_chunks(from, len, x, table, count, [&](unsigned f, unsigned l, float x) {
@@ -661,21 +694,15 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
     unsigned done = 0;
 #ifdef PROFILE
     long long prof_last = clock64();
-    unsigned long long listed[2] = {0, 0};
+    unsigned long long listed[2] = {0, 0}, chunks[2] = {0, 0};
     unsigned l = MAX_LAYERS;
 #endif
     for (unsigned pass = 0; pass < max_passes; pass++) {
         if (pass < n_inputs) token = inputs[pass];
-        // Embed: clear the last pass's listed dims (the anchors stay), list and set the
-        // kind's and its fields' one-hots. Warp 0 alone.
+        // Embed: list and set the kind's and its fields' one-hots (the last pass's listed
+        // dims were cleared after its token choice). Warp 0 alone.
         if (threadIdx.x < 32) {
-            unsigned lane = threadIdx.x, n = min(nz_count, NZ_CAP);
-            for (unsigned t = lane; t < n; t += 32) {
-                unsigned r = nz_cols[t];
-                hidden[r] = 0.0f;
-                dirty[r / 32] = 0;
-            }
-            __syncwarp();
+            unsigned lane = threadIdx.x;
             bool mine = lane < d.kinds && tk.kind_off[lane] <= token && (lane + 1 >= d.kinds || token < tk.kind_off[lane + 1]);
             unsigned k = __ffs(__ballot_sync(FULL, mine)) - 1;
             // Lane f < nf sets field f's one-hot (the token's index, digit f in the kind's
@@ -707,9 +734,20 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
             if (threadIdx.x == 0) listed[0] += nz_count;
 #endif
             const Layer &L = layers[li];
-            list_chunks<true>(L.xin, I, E, nz_cols, min(nz_count, NZ_CAP), hidden, d, &error_sh, chunk_sh, chunk_n, xs);
-            __syncthreads();
-            run_chunks<true>(E, chunk_sh, chunk_n[0], xs);
+            // A layer without heads or delayed channels reads none of its input rows (the
+            // 0.8b chip's layer 9): its input scatter is left out, and its gate/up listing
+            // checks the pin on the same residual.
+            const bool mixes = L.n_heads > 0 || L.n_delayed > 0;
+            if (mixes) {
+                list_chunks<true>(L.xin, L.xin_cols, I, E, res, nz_cols, min(nz_count, NZ_CAP), hidden, d, &error_sh,
+                                  chunk_sh, chunk_n, xs);
+                __syncthreads();
+#ifdef PROFILE
+                if (threadIdx.x == 0) chunks[0] += chunk_n[0];
+#endif
+                MARK(0);
+                run_chunks<true>(E, chunk_sh, chunk_n[0], xs);
+            }
             if (threadIdx.x == 0) chunk_n[1] = 0;
             __syncthreads();
             MARK(1);
@@ -750,13 +788,18 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
                 if (threadIdx.x % 32 == 0) head_cycles[li * 32 + (entry & 0xffff)] += clock64() - h0;
 #endif
             }
-            __syncthreads();
+            if (L.n_heads > 0) __syncthreads();
             MARK(3);
 #ifdef PROFILE
             if (threadIdx.x == 0) listed[1] += nz_count;
 #endif
-            list_chunks<false>(L.gate_up, I, E, nz_cols, min(nz_count, NZ_CAP), hidden, d, &error_sh, chunk_sh, chunk_n + 1, gu);
+            list_chunks<false>(L.gate_up, L.gate_up_cols, I, E, res, nz_cols, min(nz_count, NZ_CAP), hidden, d,
+                               &error_sh, chunk_sh, chunk_n + 1, gu);
             __syncthreads();
+#ifdef PROFILE
+            if (threadIdx.x == 0) chunks[1] += chunk_n[1];
+#endif
+            MARK(7);
             run_chunks<false>(E, chunk_sh, chunk_n[1], gu);
             if (threadIdx.x == 0) chunk_n[0] = 0;
             MARK(6);
@@ -858,6 +901,15 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
         token = token_sh;
         unsigned kind = kind_sh;
         bool failed = error_sh != 0;
+        // The residual has given its token: clear its listed dims (the anchors stay) for
+        // the next pass's embedding, the whole block at once (warp 0 alone did it in the
+        // embedding: ~5 rounds on its chain).
+        #pragma unroll 1
+        for (unsigned t = threadIdx.x, n = min(nz_count, NZ_CAP); t < n; t += THREADS) {
+            unsigned r = nz_cols[t];
+            hidden[r] = 0.0f;
+            dirty[r / 32] = 0;
+        }
         __syncthreads();
         MARK(7);
         done = pass + 1;
@@ -870,14 +922,17 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
         for (int i = 0; i < (MAX_LAYERS + 1) * PHASES; i++) total += prof[i];
         const long long *o = prof + MAX_LAYERS * PHASES;
         printf("kernel profile (sparse): %u passes, %.0f cycles/pass: embed %.0f fields %.0f kinds %.0f; "
-               "listed dims per layer %.1f (xin) %.1f (gate/up)\n",
+               "listed dims per layer %.1f (xin) %.1f (gate/up); chunks per pass %.1f (xin) %.1f (gate/up); "
+               "column starts %s\n",
                done, (double)total / done, (double)o[0] / done, (double)o[6] / done, (double)o[7] / done,
-               (double)listed[0] / done / d.layers, (double)listed[1] / done / d.layers);
+               (double)listed[0] / done / d.layers, (double)listed[1] / done / d.layers, (double)chunks[0] / done,
+               (double)chunks[1] / done, layers[0].xin_cols < d.resident_words ? "resident" : "from L2");
         for (unsigned li = 0; li < d.layers; li++) {
             const long long *p = prof + li * PHASES, *h = hprof + li * HSTAGES;
-            printf("  layer %2u: xin %6.0f conv %5.0f heads %6.0f gate_up %6.0f (zero %5.0f) mlp %6.0f\n", li,
-                   (double)p[1] / done, (double)p[2] / done, (double)p[3] / done, (double)p[6] / done,
-                   (double)p[4] / done, (double)p[5] / done);
+            printf("  layer %2u: xin %6.0f (list %5.0f) conv %5.0f heads %6.0f gate_up %6.0f (list %5.0f, zero %5.0f) "
+                   "mlp %6.0f\n", li, (double)(p[0] + p[1]) / done, (double)p[0] / done, (double)p[2] / done,
+                   (double)p[3] / done, (double)(p[7] + p[6]) / done, (double)p[7] / done, (double)p[4] / done,
+                   (double)p[5] / done);
             printf("            warp 0's head by stage (" HEAD_STAGES "):");
             for (int k = 0; k < HSTAGES; k++) printf(" %.0f", (double)h[k] / done);
             printf("\n");

@@ -13,7 +13,7 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use anyhow::{bail, Context};
-use cudarc::driver::sys::CUfunction_attribute_enum;
+use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute_enum};
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg,
 };
@@ -430,7 +430,6 @@ impl GpuChip {
         (d.layers, d.eps) = (layers.len() as u32, eps);
         (d.scratch, d.act, d.delayed) = (tables.scratch as u32, tables.act as u32, tables.delayed as u32);
         d.resident_at = f.ints(&tables.resident.words);
-        d.resident_words = tables.resident.words.len() as u32;
         d.palette_at = f.floats_aligned(&tables.resident.palettes, 4);
         d.palettes = (tables.resident.palettes.len() / 4) as u32;
         if let Some(n) = norm {
@@ -447,19 +446,32 @@ impl GpuChip {
             &[format!("-DTHREADS={threads}")],
         )?;
         let function = module.load_function("chip_passes")?;
-        let shared_floats = match kernel {
+        let fixed_floats = match kernel {
             // hidden, normed, conv output, head outputs, scratch, activations.
             Kernel::Reference => 2 * width + c.conv_dim() + hv * dv + tables.scratch + tables.act,
             // hidden, delayed channels' conv outputs, the two scratch buffers (the first
             // with a gap after every 128 rows: `spread` in the kernel), the list of dims
-            // that may be nonzero and its bitmap; the resident palettes and codes.
+            // that may be nonzero and its bitmap; the resident palettes.
             Kernel::Sparse => {
                 let spread_rows = tables.scratch + tables.scratch / 128 + 1;
-                let resident = tables.resident.palettes.len() + tables.resident.words.len();
-                width + tables.delayed + spread_rows + tables.act + sparse::NZ_CAP + width.div_ceil(32) + resident
+                width
+                    + tables.delayed
+                    + spread_rows
+                    + tables.act
+                    + sparse::NZ_CAP
+                    + width.div_ceil(32)
+                    + tables.resident.palettes.len()
             }
-        };
-        let shared_bytes = ((shared_floats + tables.words.len()) * 4) as u32;
+        } + tables.words.len();
+        // The resident words, with the column starts where the block's shared memory holds
+        // them (the 0.8b shape's; not the 4b's).
+        let most = ctx.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)? as usize;
+        let most = most.saturating_sub(function.shared_size_bytes()? as usize);
+        let fits = |words: usize| (fixed_floats + words) * 4 <= most;
+        let all = tables.resident.words.len();
+        let resident_words = if fits(all) { all } else { tables.resident.required };
+        d.resident_words = resident_words as u32;
+        let shared_bytes = ((fixed_floats + resident_words) * 4) as u32;
         function.set_attribute(
             CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
             shared_bytes as i32,

@@ -56,6 +56,8 @@ struct LayerOffsets {
     fixed_vals: u32,
     down: Csc,
     rec: u32,
+    xin_cols: u32,
+    gate_up_cols: u32,
 }
 
 /// In a head's table entry: its q and k are zero unless a signal reaches them.
@@ -109,10 +111,18 @@ impl PinnedNorm {
 /// taps, their bitmap and its prefix counts (a delayed channel's index among them is its
 /// rank). Each layer's palette is `PALETTE` channel entries then `PALETTE` z-gate entries,
 /// four floats each.
+///
+/// After those, where shared memory holds them (the host decides; see
+/// [`Resident::required`]), each layer's input projections' and gate/up's column starts
+/// ([`resident_columns`]): a scatter then finds a listed dim's column in shared memory
+/// instead of waiting on L2 for it (the wait ncu found most sampled in the scatters).
 #[derive(Default)]
 pub struct Resident {
     pub words: Vec<u32>,
     pub palettes: Vec<f32>,
+    /// The words the kernel needs; those after them are the column starts, which it reads
+    /// from global memory where they are not resident.
+    pub required: usize,
 }
 
 /// Where a layer's resident codes lie (word offsets into [`Resident::words`]; the delayed
@@ -161,6 +171,29 @@ impl Resident {
         self.words.extend(words);
         at
     }
+}
+
+/// A projection's column starts (CSC, one per residual dim and one past the last) in the
+/// form the kernel keeps in shared memory: a bitmap of the columns with entries (a word
+/// per 32 dims), the count of such columns before each word, and their starts in order
+/// followed by the last one's end. Column c's entries, where its bit is set, run from
+/// compact start k to compact start k + 1, k its rank among the set bits: the columns
+/// between two with entries are empty, so each one's end is the next one's start.
+fn resident_columns(starts: &[u32]) -> Vec<u32> {
+    let cols = starts.len() - 1;
+    let words = cols.div_ceil(32);
+    let (mut bits, mut prefix, mut compact) = (vec![0u32; words], vec![0u32; words], Vec::new());
+    for c in 0..cols {
+        if c % 32 == 0 {
+            prefix[c / 32] = compact.len() as u32;
+        }
+        if starts[c + 1] > starts[c] {
+            bits[c / 32] |= 1 << (c % 32);
+            compact.push(starts[c]);
+        }
+    }
+    compact.push(starts[cols]);
+    [bits, prefix, compact].concat()
 }
 
 /// The bitmap of a layer's channels with delayed taps and its prefix counts (one word per
@@ -291,6 +324,14 @@ impl<'a> Split<'a> {
     }
 }
 
+/// Appends the resident form of `m`'s column starts to `columns`; returns where it lies.
+fn append_columns(columns: &mut Vec<u32>, f: &Flat, m: Csc, cols: usize) -> u32 {
+    let at = columns.len() as u32;
+    let start = m.start as usize;
+    columns.extend(resident_columns(&f.i[start..=start + cols]));
+    at
+}
+
 /// Residual dims that a layer's out_proj or down writes.
 fn written_rows(m: &SparseMatrix) -> impl Iterator<Item = usize> + '_ {
     (0..m.rows).filter(|&r| !m.row_is_empty(r))
@@ -310,6 +351,7 @@ pub fn tables(
     let (mut scratch, mut act) = (0usize, 0usize);
     let mut recurrent = Vec::new();
     let mut resident = Resident::default();
+    let mut columns = Vec::new();
     for (l, layer) in layers.iter().enumerate() {
         let c = &layer.config;
         for (name, gain) in [("input", &layer.input_gain), ("post-attention", &layer.post_gain)] {
@@ -334,6 +376,7 @@ pub fn tables(
         let mut xin = Split::new(spec, &input_anchors);
         scratch = scratch.max(mixer_tables(l, layer, &mut xin, &mut o, f, &mut resident)?);
         o.xin = e.csc(f, c.hidden_size, std::mem::take(&mut xin.entries))?;
+        o.xin_cols = append_columns(&mut columns, f, o.xin, c.hidden_size);
         let mut out = Vec::new();
         for r in written_rows(&layer.out_proj) {
             let (cols, vals) = layer.out_proj.row(r);
@@ -344,10 +387,19 @@ pub fn tables(
         let post_anchors = anchor_inputs(&layer.post_gain);
         let mut gate_up = Split::new(spec, &post_anchors);
         act = act.max(mlp_tables(layer, &mut gate_up, &mut o, &mut e, f)?);
+        o.gate_up_cols = append_columns(&mut columns, f, o.gate_up, c.hidden_size);
         o.rec = f.state(c.linear_num_value_heads * c.linear_key_head_dim * c.linear_value_head_dim);
         recurrent.push(o.rec);
         offsets.push(o);
     }
+    // The column starts go after every other resident word, so that the host can leave
+    // them out where shared memory cannot hold them.
+    resident.required = resident.words.len();
+    for o in &mut offsets {
+        o.xin_cols += resident.required as u32;
+        o.gate_up_cols += resident.required as u32;
+    }
+    resident.words.extend(columns);
     let mut tables = LayerTables::of(&offsets, recurrent, scratch, act);
     tables.delayed = offsets.iter().map(|o| o.n_delayed as usize).max().unwrap_or(0);
     tables.resident = resident;
@@ -644,6 +696,37 @@ mod tests {
         }
         let entry = 4 * (at.palette as usize + part + code as usize);
         r.palettes[entry..entry + 4].try_into().unwrap()
+    }
+
+    /// Looks column c up as the kernel does: (start, length).
+    fn column(r: &[u32], cols: usize, c: usize) -> (u32, u32) {
+        let words = cols.div_ceil(32);
+        let (word, bit) = (r[c / 32], 1u32 << (c % 32));
+        if word & bit == 0 {
+            return (0, 0);
+        }
+        let k = (r[words + c / 32] + (word & (bit - 1)).count_ones()) as usize;
+        (r[2 * words + k], r[2 * words + k + 1] - r[2 * words + k])
+    }
+
+    #[test]
+    fn resident_columns_give_back_every_column() {
+        // 70 columns over three words: empty ones at the ends, between, across a word.
+        let lens: Vec<u32> = (0..70)
+            .map(|c| if c % 3 == 0 || c == 33 { 0 } else { c % 5 + 1 })
+            .collect();
+        let mut starts = vec![1000u32];
+        for l in &lens {
+            starts.push(starts.last().unwrap() + l);
+        }
+        let r = resident_columns(&starts);
+        for (c, &l) in lens.iter().enumerate() {
+            let (from, len) = column(&r, 70, c);
+            assert_eq!(len, l, "column {c}");
+            if l > 0 {
+                assert_eq!(from, starts[c], "column {c}");
+            }
+        }
     }
 
     #[test]
