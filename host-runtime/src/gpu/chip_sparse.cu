@@ -93,9 +93,9 @@
 // neurons (+0.0 to +0.2 %, noise); a thread's neurons' records loaded two or four rounds
 // ahead (spills: −2.4 and −7 %). With the column starts resident: each warp adding its
 // own dims' first four chunks itself, the rest through the table after a barrier, which
-// is then left out where no chunk went there (−3.5 %; two chunks −6 %: the gate/up
-// scatters of layers 0-3 list ~20-60 chunks, and most went through the table after the
-// warps' own round); a warp's chunks loaded four (or two) at a time before their adds
+// is then left out where no chunk went there (−3.5 %; two chunks −6 %: 47 of a pass's
+// ~275 chunks still went through the table, after the warps' own round, and a warp's
+// listing grew); a warp's chunks loaded four (or two) at a time before their adds
 // (−1.7 %: a scatter's time is mostly its listing phase, 1.2-3.5 k cycles, of which the
 // listing warps' own steps are ~1 k; the adds after it are 0.4-1.5 k).
 
