@@ -22,7 +22,7 @@ done
 strip -o .gpu/bin/inband_exec "$exec_test"
 gzip -nf .gpu/bin/inband_exec
 # (and the programs that end otherwise: a mixed batch's traps and exhausted budget)
-for p in firmware/examples/*.c firmware/isa/*.S tests/kernels/*.c tests/division/sizes.c tests/speed/sieve.c tests/ram/whole_ram.c tests/programs/exit_code.c \
+for p in firmware/examples/*.c firmware/isa/*.S tests/kernels/*.c tests/division/*.c tests/speed/sieve.c tests/ram/whole_ram.c tests/programs/exit_code.c \
     tests/programs/runaway.c tests/programs/illegal_instruction.S tests/programs/misaligned_load.S; do
     name=$(basename "$p"); name=${name%.*}
     .gpu/bin/inband build "$p" -o ".gpu/elf/$name.elf"

@@ -22,7 +22,7 @@
 #   examples      every example but Euler #10 on CUDA, output compared with golden's
 #   bench         inband bench --device cuda --against-reference (both kernels, the ratio)
 #   verify        ISA tests, the shorter examples, whole_ram, the C kernels of
-#                 tests/kernels and the division sizes test (tests/division/sizes.c)
+#                 tests/kernels and the division tests (tests/division: sizes, boundaries)
 #                 under --verify on CUDA
 #   load          hello, int64 and Euler #10 booted by loading state (a fresh VM, then
 #                 5 boots on the resident one) and by prefill on CUDA: inband bench --boot
@@ -190,7 +190,7 @@ for section in "${SECTIONS[@]}"; do
             step 120 $B/inband run "${V[@]}" --verify --stats $E/$p.elf
         done
         step 240 $B/inband run "${V[@]}" --verify --stats $E/whole_ram.elf
-        for p in matmul crc32 sha256 search fsm sizes; do
+        for p in matmul crc32 sha256 search fsm sizes boundaries; do
             step 120 $B/inband run "${V[@]}" --verify --stats $E/$p.elf
         done
         ;;

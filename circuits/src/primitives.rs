@@ -472,6 +472,37 @@ pub fn subtract_compare(c: &mut Circuit, name: &str, a: &[Expr], b_inverted: &[E
     }
 }
 
+/// a < b (unsigned) for 0/1 words of a multiple of four bits, where the caller passes
+/// `b_inverted` = NOT b: the carry out of a + NOT b + 1 alone, in the two MLP layers of
+/// [`subtract_compare`] but with one carry neuron instead of a word's (for a comparison
+/// whose difference nobody reads).
+pub fn less_unsigned(c: &mut Circuit, name: &str, a: &[Expr], b_inverted: &[Expr]) -> Expr {
+    assert_eq!(a.len(), b_inverted.len());
+    assert!(a.len().is_multiple_of(4));
+    let nibbles = a.len() / 4;
+    let nibble_sum = |m: usize| {
+        (0..4).fold(Expr::zero(), |e, k| {
+            e + (a[4 * m + k].clone() + b_inverted[4 * m + k].clone()) * (1u32 << k) as f64
+        })
+    };
+    let conds: Vec<(String, Expr)> = (0..nibbles)
+        .flat_map(|m| {
+            [
+                (format!("g{m}"), nibble_sum(m) - 15.0),
+                (format!("q{m}"), nibble_sum(m) - 14.0),
+            ]
+        })
+        .collect();
+    let gq = steps(c, &format!("{name}.gp"), &conds);
+    // The most significant nibble that does not merely propagate decides the carry out;
+    // the carry in (1) decides when every nibble propagates.
+    let carry = gq.chunks(2).enumerate().fold(Expr::constant(1.0), |e, (m, p)| {
+        e + (Expr::signal(p[0]) + Expr::signal(p[1]) - 1.0) * (1u64 << (m + 1)) as f64
+    });
+    let out = steps(c, &format!("{name}.carry"), &[("c".into(), carry)]);
+    Expr::constant(1.0) - Expr::signal(out[0])
+}
+
 /// The adder behind [`add_bits`] and [`subtract_compare`]; with `compare`, also the signed
 /// carry out and the all-propagate flag.
 fn add_bits_with(

@@ -38,28 +38,22 @@ div_by_zero:
         li      x31, -1
         ecall
 
-# The unsigned entries answer a quotient of 0 at once (a dividend below the divisor:
-# never with a zero divisor), then check the last long division's operands themselves (a
-# hit returns from the entry's own row), so the common divu-then-remu pair costs few
-# passes, then a quotient of 1 (a dividend below twice the divisor); the routine reuses
-# the entry's n >> 1 (x19). REMU checks for a zero divisor after the cache: its operands
-# hit the cache only before any long division (x15 is a divisor that was not 0 ever
-# after), when x14 = x17 = 0, so x29 = 0 and the hit's x17 is the right answer.
+# A quotient of 0 or 1 never gets here: the chip answers a division with n < 2d (both
+# operands non-negative for DIV and REM) in its own pass. DIVU checks for a zero divisor,
+# then the last long division's operands themselves (a hit returns from the entry's own
+# row), so the common divu-then-remu pair costs few passes; the routine takes the entry's
+# n >> 1 (x19). REMU checks for a zero divisor after the cache: its operands hit the
+# cache only before any long division (x15 is a divisor that was not 0 ever after), when
+# x14 = x17 = 0, so x29 = 0 and the hit's x17 is the right answer.
         .balign 64
 divu_entry:                             # row 2: DIVU (funct3 101)
-        bltu    x29, x30, 3f            # (never taken with a zero divisor)
         beqz    x30, div_by_zero
         bne     x29, x14, 1f
         bne     x30, x15, 1f
         mv      x31, x16
         ecall
-3:      li      x31, 0
-        ecall
 1:      srli    x19, x29, 1
-        bgeu    x19, x30, 4f
-        li      x31, 1                  # n < 2d: quotient 1
-        ecall
-4:      jal     x1, udivmod_window
+        jal     x1, udivmod_window
         mv      x31, x16
         ecall
 
@@ -80,19 +74,15 @@ rem_entry:                              # row 4: REM (funct3 110)
 
         .balign 64
 remu_entry:                             # row 6: REMU (funct3 111)
-        bltu    x29, x30, 2f            # n < d: the remainder is n
         bne     x29, x14, 1f
         bne     x30, x15, 1f
         mv      x31, x17
         ecall
 2:      mv      x31, x29
         ecall
-1:      srli    x19, x29, 1
-        beqz    x30, 2b                 # x % 0 = x
-        bgeu    x19, x30, 4f
-        sub     x31, x29, x30           # n < 2d: remainder n - d
-        ecall
-4:      jal     x1, udivmod_window
+1:      beqz    x30, 2b                 # x % 0 = x
+        srli    x19, x29, 1
+        jal     x1, udivmod_window
         mv      x31, x17
         ecall
 

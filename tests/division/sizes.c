@@ -7,6 +7,8 @@
  * under --verify every division's register write is checked where it happens. */
 #include <stdio.h>
 
+#include "division.h"
+
 static unsigned state = 0x9e3779b9u;
 
 static unsigned next(void) {
@@ -25,21 +27,6 @@ static unsigned of_width(unsigned bits) {
 
 /* The number or its negation, at random. */
 static unsigned signed_at_random(unsigned x) { return (next() & 1) ? -x : x; }
-
-static unsigned sum;
-
-/* Folds a result into the checksum (a rotation, so that every bit of every result counts). */
-static void use(unsigned v) {
-    sum = ((sum << 5) | (sum >> 27)) ^ v;
-    sum += v >> 3;
-}
-
-#define DIVISION(op, n, d)                                                                 \
-    ({                                                                                     \
-        unsigned r_;                                                                       \
-        __asm__ volatile(op " %0, %1, %2" : "=r"(r_) : "r"(n), "r"(d));                    \
-        r_;                                                                                \
-    })
 
 int main(void) {
     for (unsigned a = 1; a <= 32; a++) {

@@ -151,6 +151,26 @@ fn division_operand_sizes() {
     }
 }
 
+/// The divisions around the chip's one-pass answers (`tests/division/boundaries.c`:
+/// dividends about d and 2d, wrapping, signed edges, rd the same register as an operand),
+/// every instruction checked; a quotient of 0 or 1 (n < 2d, both operands non-negative for
+/// DIV and REM) takes one pass, and some of every form do.
+#[test]
+fn division_boundaries() {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("division/boundaries.c");
+    let counts = whole_counts("division/boundaries", &image_of(&source));
+    for class in [
+        InstructionClass::Div,
+        InstructionClass::Divu,
+        InstructionClass::Rem,
+        InstructionClass::Remu,
+    ] {
+        let passes = &counts.by_class[class as usize];
+        assert_eq!(passes.count, 28 * 18 * 3, "{}", class.name());
+        assert_eq!(passes.min, 1, "{}: no division answered in its own pass", class.name());
+    }
+}
+
 /// picolibc's assert, qsort, bsearch, strtol, strstr, strtok, snprintf, ctype, setjmp
 /// and longjmp (27 k instructions).
 #[test]

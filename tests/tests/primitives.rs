@@ -145,6 +145,47 @@ fn compare_and_subtract_are_exact() {
     }
 }
 
+/// The carry-out comparator alone (a division's `rs1 >> 1 < rs2` in the chip), on the
+/// same cases as the full comparison, with the first operand halved as the chip feeds it.
+#[test]
+fn less_unsigned_is_exact() {
+    let inputs = word_fields("x", 2);
+    let outputs = [("ltu".to_string(), 2), ("half_ltu".to_string(), 2)];
+    let chip = FunctionChip::new("less32", &as_refs(&inputs), &as_refs(&outputs), |c, oh| {
+        let (a, b) = (bits_in(oh, 0), bits_in(oh, 8));
+        let b_inverted: Vec<Expr> = b.iter().map(primitives::not).collect();
+        let mut halved = a[1..].to_vec();
+        halved.push(Expr::zero());
+        vec![
+            primitives::less_unsigned(c, "lt", &a, &b_inverted),
+            primitives::less_unsigned(c, "half", &halved, &b_inverted),
+        ]
+    });
+    let mut runner = chip.runner(SumOrder::Reverse);
+    let mut check = |a: u32, b: u32| {
+        let out = chip.eval(&mut runner, &two_word_inputs(a, b));
+        let expected = ((a < b) as usize, ((a >> 1) < b) as usize);
+        assert_eq!((out[0], out[1]), expected, "{a:#x} vs {b:#x}");
+    };
+    for a in 0..256u32 {
+        for b in 0..256u32 {
+            check(a << 24, b << 24);
+            check(a, b);
+        }
+    }
+    let mut rng = StdRng::seed_from_u64(12);
+    for _ in 0..RANDOM_CASES {
+        let a = random_u32(&mut rng);
+        let b = match rng.random_range(0..4) {
+            0 => a ^ (1 << rng.random_range(0..32)),
+            // About a division's quotient-1 boundary: b near a / 2.
+            1 => (a >> 1).wrapping_add(rng.random_range(0..3)).wrapping_sub(1),
+            _ => random_u32(&mut rng),
+        };
+        check(a, b);
+    }
+}
+
 #[test]
 fn bitwise_and_select_are_exact() {
     let mut inputs = word_fields("x", 2);

@@ -13,7 +13,7 @@
 //!   high word.
 
 use inband_circuits::primitives::{
-    add, add_and, add_bits, add_gated, all, not, shift_with_fill, subtract_compare, BitSum, Word,
+    add, add_and, add_bits, add_gated, all, less_unsigned, not, shift_with_fill, subtract_compare, BitSum, Word,
 };
 use inband_circuits::{Circuit, Expr, Range};
 
@@ -28,6 +28,8 @@ pub struct Executed {
     pub less_signed: Expr,
     pub less_unsigned: Expr,
     pub branch_taken: Expr,
+    /// rs1 >> 1 < rs2 (unsigned): with rs2 ≤ rs1, a division's quotient is 1.
+    pub half_below: Expr,
     /// rs1 + imm (loads, stores, jalr).
     pub address: Vec<Expr>,
     /// pc + imm.
@@ -67,7 +69,8 @@ pub fn build(c: &mut Circuit, f: &Front, d: &Decoded, a: &RegValue, b: &RegValue
 
     // Main adder operand: rs2 or imm, inverted for subtractions and comparisons.
     let reg_add = k.add.clone();
-    let reg_sub = sum_of(&[&k.sub, &k.slt, &k.sltu]) + k.branch.iter().sum::<Expr>();
+    // (A division compares its operands too: a quotient of 0 retires without millicode.)
+    let reg_sub = sum_of(&[&k.sub, &k.slt, &k.sltu, &k.mdiv]) + k.branch.iter().sum::<Expr>();
     let imm_add = k.addi.clone();
     let imm_sub = k.slti.clone() + k.sltiu.clone();
     let inv = |bits: &[Expr]| bits.iter().map(not).collect::<Vec<_>>();
@@ -102,6 +105,11 @@ pub fn build(c: &mut Circuit, f: &Front, d: &Decoded, a: &RegValue, b: &RegValue
         );
     }
     c.add_block(blk);
+
+    // rs1 >> 1 against rs2 (ungated: only a division reads it), beside the main adder.
+    let mut halved = a.bits[1..].to_vec();
+    halved.push(Expr::zero());
+    let half_below = less_unsigned(c, "alu.half", &halved, &inv(&b.bits));
 
     let address = add_bits(c, "alu.address", &a.bits, imm, &Expr::zero());
     let pc_imm = add_bits(c, "alu.pc", &f.pc_bits, imm, &Expr::zero());
@@ -186,6 +194,7 @@ pub fn build(c: &mut Circuit, f: &Front, d: &Decoded, a: &RegValue, b: &RegValue
         less_signed: cmp.less_signed,
         less_unsigned: cmp.less_unsigned,
         branch_taken: Expr::signal(taken),
+        half_below,
         address: address.bits,
         pc_imm: pc_imm.bits,
         and,

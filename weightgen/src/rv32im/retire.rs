@@ -106,6 +106,56 @@ pub fn build(c: &mut Circuit, t: &Tok, f: &Front, d: &Decoded, r: &RegFile, x: &
         vec![all(&[taken.clone(), target_nofetch.clone()]), jump_rd0(&target_nofetch)],
     );
 
+    // A division whose quotient is 0 or 1 retires in its own pass like an ALU
+    // instruction: the quotient, or the remainder (rs1, or the main adder's rs1 − rs2).
+    // The main adder compares rs1 with rs2 and a second comparator rs1 >> 1 with rs2
+    // (unsigned: the quotient is 0 below rs2, 1 from rs2 to below twice rs2); DIV and REM
+    // take these cases only with both operands non-negative, where they are DIVU and
+    // REMU. Any other division enters the millicode.
+    let unsigned_division = f.bits[12].clone();
+    let remainder = f.bits[13].clone();
+    let below = x.less_unsigned.clone();
+    let quotient_one = all(&[not(&below), x.half_below.clone()]);
+    // (For quotient 0 a non-negative divisor implies a non-negative dividend; for
+    // quotient 1 the reverse.)
+    let short_quotient = |op: &Expr, quotient: &Expr, nonnegative: &Expr| {
+        vec![
+            all(&[k.mdiv.clone(), op.clone(), unsigned_division.clone(), quotient.clone()]),
+            all(&[
+                k.mdiv.clone(),
+                op.clone(),
+                not(&unsigned_division),
+                nonnegative.clone(),
+                quotient.clone(),
+            ]),
+        ]
+    };
+    let divisor_nonnegative = not(&rs2.bits[31]);
+    let dividend_nonnegative = not(&r.rs1.bits[31]);
+    let not_remainder = not(&remainder);
+    let div_zero = sig(
+        c,
+        "division.quotient_zero",
+        short_quotient(&not_remainder, &below, &divisor_nonnegative),
+    );
+    let rem_dividend = sig(
+        c,
+        "division.remainder_dividend",
+        short_quotient(&remainder, &below, &divisor_nonnegative),
+    );
+    let div_one = sig(
+        c,
+        "division.quotient_one",
+        short_quotient(&not_remainder, &quotient_one, &dividend_nonnegative),
+    );
+    let rem_difference = sig(
+        c,
+        "division.remainder_difference",
+        short_quotient(&remainder, &quotient_one, &dividend_nonnegative),
+    );
+    let millicode_entry =
+        k.mdiv.clone() - div_zero.clone() - rem_dividend.clone() - div_one.clone() - rem_difference.clone();
+
     // Register-result sources: (condition, nibble values).
     let zero_hi = |lo: Vec<Expr>| -> Vec<Expr> {
         let mut v = lo;
@@ -138,6 +188,10 @@ pub fn build(c: &mut Circuit, t: &Tok, f: &Front, d: &Decoded, r: &RegFile, x: &
         ("load", m.load_ok.clone(), m.load_result.clone()),
         ("mul", k.mul[0].clone(), x.product[..8].to_vec()),
         ("mulh", sum(&[&k.mul[1], &k.mul[2], &k.mul[3]]), x.product[8..].to_vec()),
+        ("div.zero", div_zero, zero_hi(Vec::new())),
+        ("rem.dividend", rem_dividend, r.rs1.nibbles.clone()),
+        ("div.one", div_one, zero_hi(vec![Expr::constant(1.0)])),
+        ("rem.difference", rem_difference, nibble_values(&x.sum)),
     ];
     // Other values the tokens carry: a merged word, the exit code, trap values, a console byte.
     let trap_address =
@@ -349,7 +403,7 @@ pub fn build(c: &mut Circuit, t: &Tok, f: &Front, d: &Decoded, r: &RegFile, x: &
         (user(jump_go.clone()), kind::X),
         (millicode(jump_go.clone()), kind::XM),
         (k.ecall_mc.clone(), kind::X),
-        (k.mdiv.clone(), kind::XM),
+        (millicode_entry.clone(), kind::XM),
         (jump_link.clone(), kind::LK),
         (m.console.clone(), kind::O),
         (m.sbsh_hit.clone(), kind::W1),
@@ -501,7 +555,7 @@ pub fn build(c: &mut Circuit, t: &Tok, f: &Front, d: &Decoded, r: &RegFile, x: &
                 (sequential.clone(), seq_v),
                 (jump_go.clone(), jump_v),
                 (k.ecall_mc.clone(), ret_v),
-                (k.mdiv.clone(), entry_v),
+                (millicode_entry.clone(), entry_v),
                 (tk_lk.clone(), lk_v),
             ],
         );
