@@ -1,6 +1,7 @@
 # inband chip millicode: DIV, DIVU, REM, REMU.
 #
-# The RV32IM chip runs the division instructions as this routine, kept in the upper
+# The RV32IM chip runs the division instructions as this routine (all but those whose
+# quotient is 0 or 1: the chip computes those in the weights), kept in the upper
 # halves of the ROM's last head's rows (pc 0x1F000 on, the same pcs as the user code in
 # their lower halves). Here register fields name shadow registers, except the window:
 # reading x29 reads the caller's rs1, reading x30 its rs2, writing x31 writes its rd.
@@ -119,10 +120,10 @@ magnitudes:
 # with x14, x15 the operands: the last long division's operands and results stay there,
 # so a quotient and a remainder of the same operands (gcc emits divu then remu, in
 # libgcc's 64-bit division too) cost one routine, and the results are never copied.
-# Every register write of a 32-bit value costs passes, so the unsigned entries answer the
-# quick cases before the operands are copied (the signed path copies its magnitudes first:
-# its quick results land in x16, x17 too), and the shifts the loops compare against are
-# made once. Long division over the quotient's bits only: the divisor is shifted up under the
+# Every register write of a 32-bit value costs passes, so the unsigned entries check the
+# cache before the operands are copied (the signed path copies its magnitudes first and
+# answers its short quotients itself: its results land in x16, x17 too), and the shifts
+# the loops compare against are made once. Long division over the quotient's bits only: the divisor is shifted up under the
 # dividend (whole bytes first), its top quotient bit is 1 (the remainder starts as the
 # first difference), then each step subtracts it where it fits and halves it, until it
 # falls below the divisor (no step counter: each instruction is a pass or more). It uses

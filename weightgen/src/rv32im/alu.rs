@@ -1,7 +1,8 @@
 //! Execute: the adders, logic, shifts, comparisons, branches and the multiplier.
 //!
-//! - main adder: rs1 ± (rs2 or imm) for ADD/SUB/ADDI, SLT*/SLTI*, and the branch
-//!   comparisons (one subtraction gives equal, less-unsigned and less-signed);
+//! - main adder: rs1 ± (rs2 or imm) for ADD/SUB/ADDI, SLT*/SLTI*, the branch comparisons
+//!   and divisions (one subtraction gives equal, less-unsigned and less-signed), and
+//!   beside it a comparator of rs1 >> 1 with rs2 (a division's quotient of 1);
 //! - address adder: rs1 + imm for loads, stores and JALR;
 //! - pc adder: pc + imm for AUIPC, JAL and branches;
 //! - logic: one AND neuron per bit (OR and XOR are linear in it);
@@ -69,7 +70,7 @@ pub fn build(c: &mut Circuit, f: &Front, d: &Decoded, a: &RegValue, b: &RegValue
 
     // Main adder operand: rs2 or imm, inverted for subtractions and comparisons.
     let reg_add = k.add.clone();
-    // (A division compares its operands too: a quotient of 0 retires without millicode.)
+    // (A division compares its operands too: a quotient of 0 or 1 retires without millicode.)
     let reg_sub = sum_of(&[&k.sub, &k.slt, &k.sltu, &k.mdiv]) + k.branch.iter().sum::<Expr>();
     let imm_add = k.addi.clone();
     let imm_sub = k.slti.clone() + k.sltiu.clone();

@@ -51,7 +51,7 @@ pub struct Classes {
     pub and: Expr,
     /// mul mulh mulhsu mulhu
     pub mul: [Expr; 4],
-    /// div divu rem remu from user code (they enter millicode)
+    /// div divu rem remu from user code (they enter millicode unless the quotient is 0 or 1)
     pub mdiv: Expr,
     pub fence: Expr,
     pub ecall_user: Expr,

@@ -7,14 +7,16 @@
 //! says which half a fetch reads. Entries 64..125 hold seven instructions and six
 //! nibbles, so each row's eighth millicode instruction must have a zero top byte.
 //!
-//! A division instruction in user code writes the caller's register numbers and return
-//! pc into the `ctx` memories and jumps straight to its entry, slot 0 of millicode row
+//! A division whose quotient is 0 or 1 never comes here: the chip computes it in the pass
+//! that runs it (`retire`; most divisions in real code have short quotients). Any other
+//! division instruction in user code writes the caller's register numbers and return pc
+//! into the `ctx` memories and jumps straight to its entry, slot 0 of millicode row
 //! [`ENTRY_ROWS`]` · (funct3 & 3)` (DIV, DIVU, REM, REMU). The routine
 //! (`firmware/millicode/division.S`) reads the operands through the register window
-//! (x29, x30), writes the result to x31 (the caller's rd) and returns with `ecall`. Its entry rows answer quotients 0 and 1 from the operands where they
-//! are (most divisions in real code have short quotients); longer ones divide over the
-//! quotient's bits only, and the last such division's operands and results stay in
-//! shadow registers, so a quotient and a remainder of the same operands cost one division.
+//! (x29, x30), writes the result to x31 (the caller's rd) and returns with `ecall`. It
+//! divides over the quotient's bits only, and the last long division's operands and
+//! results stay in shadow registers, so a quotient and a remainder of the same operands
+//! cost one division.
 //! [`WORDS`] is that file assembled; a test re-assembles it and compares. The words are
 //! part of the chip's weights: a `bc` token that commits one of these rows adds them.
 

@@ -595,5 +595,4 @@ pub fn build(c: &mut Circuit, t: &Tok, f: &Front, d: &Decoded, r: &RegFile, x: &
             (tk_w2.clone(), lat(latch::OWN_SLOT)),
         ],
     );
-    let _ = rs2;
 }

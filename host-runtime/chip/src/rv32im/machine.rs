@@ -78,7 +78,8 @@ fn rom_rows(image: &ProgramImage, millicode_rows: usize) -> Vec<(usize, [u32; RO
     rows
 }
 
-/// DIV, DIVU, REM or REMU (OP, funct7 1, funct3 4..7): the instructions the millicode runs.
+/// DIV, DIVU, REM or REMU (OP, funct7 1, funct3 4..7): the instructions that may enter the
+/// millicode (all but those whose quotient is 0 or 1).
 fn is_division(word: u32) -> bool {
     word & 0xfe00_407f == 0x0200_4033
 }
