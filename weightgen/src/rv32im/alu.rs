@@ -107,10 +107,12 @@ pub fn build(c: &mut Circuit, f: &Front, d: &Decoded, a: &RegValue, b: &RegValue
     }
     c.add_block(blk);
 
-    // rs1 >> 1 against rs2 (ungated: only a division reads it), beside the main adder.
+    // rs1 >> 1 against rs2, beside the main adder and from its operand (NOT rs2 on a
+    // division's pass; only a division reads the result). Its sixteen threshold neurons
+    // read the operands' bits on every pass: ~45 column entries, 1 % of a pass's.
     let mut halved = a.bits[1..].to_vec();
     halved.push(Expr::zero());
-    let half_below = less_unsigned(c, "alu.half", &halved, &inv(&b.bits));
+    let half_below = less_unsigned(c, "alu.half", &halved, &op2);
 
     let address = add_bits(c, "alu.address", &a.bits, imm, &Expr::zero());
     let pc_imm = add_bits(c, "alu.pc", &f.pc_bits, imm, &Expr::zero());

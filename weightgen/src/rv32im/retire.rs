@@ -163,7 +163,15 @@ pub fn build(c: &mut Circuit, t: &Tok, f: &Front, d: &Decoded, r: &RegFile, x: &
         v
     };
     let results: Vec<(&str, Expr, Vec<Expr>)> = vec![
-        ("add", sum(&[&k.add, &k.sub, &k.addi]), nibble_values(&x.sum)),
+        // A division's remainder rs1 − rs2 is the main adder's difference and its
+        // remainder rs1 is the logic unit's OR (with no immediate and rs2 not selected, OR
+        // is rs1): sharing those sources' classification, the remainders add no neuron
+        // that reads a value on every pass.
+        (
+            "add",
+            sum(&[&k.add, &k.sub, &k.addi, &rem_difference]),
+            nibble_values(&x.sum),
+        ),
         (
             "slt",
             k.slt.clone() + k.slti.clone(),
@@ -175,7 +183,7 @@ pub fn build(c: &mut Circuit, t: &Tok, f: &Front, d: &Decoded, r: &RegFile, x: &
             zero_hi(vec![x.less_unsigned.clone()]),
         ),
         ("and", k.and.clone() + k.andi.clone(), nibble_values(&x.and)),
-        ("or", k.or.clone() + k.ori.clone(), nibble_values(&x.or)),
+        ("or", sum(&[&k.or, &k.ori, &rem_dividend]), nibble_values(&x.or)),
         ("xor", k.xor.clone() + k.xori.clone(), nibble_values(&x.xor)),
         ("sll", k.sll.clone() + k.slli.clone(), nibble_values(&x.shift_left)),
         (
@@ -189,9 +197,7 @@ pub fn build(c: &mut Circuit, t: &Tok, f: &Front, d: &Decoded, r: &RegFile, x: &
         ("mul", k.mul[0].clone(), x.product[..8].to_vec()),
         ("mulh", sum(&[&k.mul[1], &k.mul[2], &k.mul[3]]), x.product[8..].to_vec()),
         ("div.zero", div_zero, zero_hi(Vec::new())),
-        ("rem.dividend", rem_dividend, r.rs1.nibbles.clone()),
         ("div.one", div_one, zero_hi(vec![Expr::constant(1.0)])),
-        ("rem.difference", rem_difference, nibble_values(&x.sum)),
     ];
     // Other values the tokens carry: a merged word, the exit code, trap values, a console byte.
     let trap_address =
