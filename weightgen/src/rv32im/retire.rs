@@ -13,7 +13,7 @@ use inband_circuits::primitives::{add_and, add_gated, all, not};
 use inband_circuits::{Circuit, Delayed, Expr, Output, Range, Write};
 
 use super::alu::Executed;
-use super::decode::Decoded;
+use super::decode::{Classes, Decoded};
 use super::front::Front;
 use super::mem::MemoryUnit;
 use super::millicode;
@@ -70,89 +70,37 @@ pub fn build(c: &mut Circuit, t: &Tok, f: &Front, d: &Decoded, r: &RegFile, x: &
     let jump = k.jal.clone() + k.jalr.clone();
     let branch_any = k.branch.iter().sum::<Expr>();
 
-    // Outcome signals (each 0/1), each a sum of AND neurons over exclusive cases and a
-    // block of its own, so that each lands in the earliest layer its inputs allow.
-    let sig = |c: &mut Circuit, name: &str, conds: Vec<Expr>| -> Expr {
-        let mut blk = c.block(format!("outcome.{name}"));
-        let s = blk.output(name, Range::BIT);
-        for cond in conds {
-            let (lo, _) = cond.range(|_| Range::BIT);
-            add_gated(&mut blk, &cond, (lo, 1.0), &one, &[(s, 1.0)]);
-        }
-        c.add_block(blk);
-        Expr::signal(s)
-    };
     let taken = x.branch_taken.clone();
-    let not_taken = sig(c, "branch.not_taken", vec![all(&[branch_any.clone(), not(&taken)])]);
+    let not_taken = outcome(c, "branch.not_taken", vec![all(&[branch_any.clone(), not(&taken)])]);
     let jump_rd0 = |cond: &Expr| all(&[jump.clone(), d.rd_zero.clone(), cond.clone()]);
-    let jump_go = sig(
+    let jump_go = outcome(
         c,
         "jump.go",
         vec![all(&[taken.clone(), target_ok.clone()]), jump_rd0(&target_ok)],
     );
-    let jump_link = sig(
+    let jump_link = outcome(
         c,
         "jump.link",
         vec![all(&[jump.clone(), not(&d.rd_zero), not(&misaligned)])],
     );
-    let jump_misaligned = sig(
+    let jump_misaligned = outcome(
         c,
         "jump.misaligned",
         vec![all(&[taken.clone() + jump.clone(), misaligned.clone()])],
     );
-    let jump_nofetch = sig(
+    let jump_nofetch = outcome(
         c,
         "jump.nofetch",
         vec![all(&[taken.clone(), target_nofetch.clone()]), jump_rd0(&target_nofetch)],
     );
 
-    // A division whose quotient is 0 or 1 retires in its own pass like an ALU
-    // instruction: the quotient, or the remainder (rs1, or the main adder's rs1 − rs2).
-    // The main adder compares rs1 with rs2 and a second comparator rs1 >> 1 with rs2
-    // (unsigned: the quotient is 0 below rs2, 1 from rs2 to below twice rs2); DIV and REM
-    // take these cases only with both operands non-negative, where they are DIVU and
-    // REMU. Any other division enters the millicode.
-    let unsigned_division = f.bits[12].clone();
-    let remainder = f.bits[13].clone();
-    let below = x.less_unsigned.clone();
-    let quotient_one = all(&[not(&below), x.half_below.clone()]);
-    // (For quotient 0 a non-negative divisor implies a non-negative dividend; for
-    // quotient 1 the reverse.)
-    let short_quotient = |op: &Expr, quotient: &Expr, nonnegative: &Expr| {
-        vec![
-            all(&[k.mdiv.clone(), op.clone(), unsigned_division.clone(), quotient.clone()]),
-            all(&[
-                k.mdiv.clone(),
-                op.clone(),
-                not(&unsigned_division),
-                nonnegative.clone(),
-                quotient.clone(),
-            ]),
-        ]
-    };
-    let divisor_nonnegative = not(&rs2.bits[31]);
-    let dividend_nonnegative = not(&r.rs1.bits[31]);
-    let not_remainder = not(&remainder);
-    let div_zero = sig(
-        c,
-        "division.quotient_zero",
-        short_quotient(&not_remainder, &below, &divisor_nonnegative),
-    );
-    let rem_dividend = sig(
-        c,
-        "division.remainder_dividend",
-        short_quotient(&remainder, &below, &divisor_nonnegative),
-    );
-    let div_one = sig(
-        c,
-        "division.quotient_one",
-        short_quotient(&not_remainder, &quotient_one, &dividend_nonnegative),
-    );
-    let rem_difference = sig(
-        c,
-        "division.remainder_difference",
-        short_quotient(&remainder, &quotient_one, &dividend_nonnegative),
-    );
+    // A division whose quotient is 0 or 1 retires here; any other enters the millicode.
+    let ShortDivision {
+        quotient_zero: div_zero,
+        remainder_dividend: rem_dividend,
+        quotient_one: div_one,
+        remainder_difference: rem_difference,
+    } = short_division(c, k, f, r, x);
     let millicode_entry =
         k.mdiv.clone() - div_zero.clone() - rem_dividend.clone() - div_one.clone() - rem_difference.clone();
 
@@ -601,4 +549,81 @@ pub fn build(c: &mut Circuit, t: &Tok, f: &Front, d: &Decoded, r: &RegFile, x: &
             (tk_w2.clone(), lat(latch::OWN_SLOT)),
         ],
     );
+}
+
+/// The outcomes of a division that retires in its own pass (each 0/1, at most one set).
+struct ShortDivision {
+    quotient_zero: Expr,
+    remainder_dividend: Expr,
+    quotient_one: Expr,
+    remainder_difference: Expr,
+}
+
+/// An outcome signal (0/1): a sum of AND neurons over exclusive cases in a block of its
+/// own, so that it lands in the earliest layer its inputs allow.
+fn outcome(c: &mut Circuit, name: &str, conds: Vec<Expr>) -> Expr {
+    let mut blk = c.block(format!("outcome.{name}"));
+    let s = blk.output(name, Range::BIT);
+    for cond in conds {
+        let (lo, _) = cond.range(|_| Range::BIT);
+        add_gated(&mut blk, &cond, (lo, 1.0), &Expr::constant(1.0), &[(s, 1.0)]);
+    }
+    c.add_block(blk);
+    Expr::signal(s)
+}
+
+/// A division whose quotient is 0 or 1 retires in its own pass like an ALU
+/// instruction: the quotient, or the remainder (rs1, or the main adder's rs1 − rs2).
+/// The main adder compares rs1 with rs2 and a second comparator rs1 >> 1 with rs2
+/// (unsigned: the quotient is 0 below rs2, 1 from rs2 to below twice rs2); DIV and REM
+/// take these cases only with both operands non-negative, where they are DIVU and
+/// REMU. Any other division enters the millicode.
+fn short_division(c: &mut Circuit, k: &Classes, f: &Front, r: &RegFile, x: &Executed) -> ShortDivision {
+    let unsigned_division = f.bits[12].clone();
+    let remainder = f.bits[13].clone();
+    let below = x.less_unsigned.clone();
+    let below_twice = all(&[not(&below), x.half_below.clone()]);
+    // (For quotient 0 a non-negative divisor implies a non-negative dividend; for
+    // quotient 1 the reverse.)
+    let short_quotient = |op: &Expr, quotient: &Expr, nonnegative: &Expr| {
+        vec![
+            all(&[k.mdiv.clone(), op.clone(), unsigned_division.clone(), quotient.clone()]),
+            all(&[
+                k.mdiv.clone(),
+                op.clone(),
+                not(&unsigned_division),
+                nonnegative.clone(),
+                quotient.clone(),
+            ]),
+        ]
+    };
+    let divisor_nonnegative = not(&r.rs2.bits[31]);
+    let dividend_nonnegative = not(&r.rs1.bits[31]);
+    let not_remainder = not(&remainder);
+    let quotient_zero = outcome(
+        c,
+        "division.quotient_zero",
+        short_quotient(&not_remainder, &below, &divisor_nonnegative),
+    );
+    let remainder_dividend = outcome(
+        c,
+        "division.remainder_dividend",
+        short_quotient(&remainder, &below, &divisor_nonnegative),
+    );
+    let quotient_one = outcome(
+        c,
+        "division.quotient_one",
+        short_quotient(&not_remainder, &below_twice, &dividend_nonnegative),
+    );
+    let remainder_difference = outcome(
+        c,
+        "division.remainder_difference",
+        short_quotient(&remainder, &below_twice, &dividend_nonnegative),
+    );
+    ShortDivision {
+        quotient_zero,
+        remainder_dividend,
+        quotient_one,
+        remainder_difference,
+    }
 }
