@@ -134,6 +134,14 @@ fn kernels() {
     }
 }
 
+/// The division instructions' classes.
+const DIVISIONS: [InstructionClass; 4] = [
+    InstructionClass::Div,
+    InstructionClass::Divu,
+    InstructionClass::Rem,
+    InstructionClass::Remu,
+];
+
 /// Every operand size of the four divisions (`tests/division/sizes.c`: dividends of 1..32
 /// bits by divisors of 0..32 bits, signed forms with random signs, INT_MIN / -1), each
 /// result used at once, every instruction checked; its passes per division by form.
@@ -141,12 +149,7 @@ fn kernels() {
 fn division_operand_sizes() {
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("division/sizes.c");
     let counts = whole_counts("division/sizes", &image_of(&source));
-    for class in [
-        InstructionClass::Div,
-        InstructionClass::Divu,
-        InstructionClass::Rem,
-        InstructionClass::Remu,
-    ] {
+    for class in DIVISIONS {
         assert_eq!(counts.by_class[class as usize].count, 32 * 33 + 1, "{}", class.name());
     }
 }
@@ -159,12 +162,7 @@ fn division_operand_sizes() {
 fn division_boundaries() {
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("division/boundaries.c");
     let counts = whole_counts("division/boundaries", &image_of(&source));
-    for class in [
-        InstructionClass::Div,
-        InstructionClass::Divu,
-        InstructionClass::Rem,
-        InstructionClass::Remu,
-    ] {
+    for class in DIVISIONS {
         let passes = &counts.by_class[class as usize];
         assert_eq!(passes.count, 28 * 18 * 3, "{}", class.name());
         assert_eq!(passes.min, 1, "{}: no division answered in its own pass", class.name());

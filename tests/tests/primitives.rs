@@ -36,6 +36,17 @@ fn word_out(w: &Word) -> Vec<Expr> {
     w.nibbles.clone()
 }
 
+/// Every pair of words differing only in the top byte (signs) and every pair differing
+/// only in the bottom byte (borrows).
+fn byte_edges(check: &mut impl FnMut(u32, u32)) {
+    for a in 0..256u32 {
+        for b in 0..256u32 {
+            check(a << 24, b << 24);
+            check(a, b);
+        }
+    }
+}
+
 fn random_u32(rng: &mut StdRng) -> u32 {
     // Mix uniform words with edge-heavy ones (carry chains, sign boundaries).
     match rng.random_range(0..8) {
@@ -123,13 +134,7 @@ fn compare_and_subtract_are_exact() {
         );
         assert_eq!((join(&out[..8]), out[8], out[9], out[10]), expected, "{a:#x} vs {b:#x}");
     };
-    for a in 0..256u32 {
-        for b in 0..256u32 {
-            // Exhaustive in the top byte (signs) and the bottom byte (borrows).
-            check(a << 24, b << 24);
-            check(a, b);
-        }
-    }
+    byte_edges(&mut check);
     let mut rng = StdRng::seed_from_u64(11);
     for _ in 0..RANDOM_CASES {
         let a = random_u32(&mut rng);
@@ -167,12 +172,7 @@ fn less_unsigned_is_exact() {
         let expected = ((a < b) as usize, ((a >> 1) < b) as usize);
         assert_eq!((out[0], out[1]), expected, "{a:#x} vs {b:#x}");
     };
-    for a in 0..256u32 {
-        for b in 0..256u32 {
-            check(a << 24, b << 24);
-            check(a, b);
-        }
-    }
+    byte_edges(&mut check);
     let mut rng = StdRng::seed_from_u64(12);
     for _ in 0..RANDOM_CASES {
         let a = random_u32(&mut rng);
