@@ -8,8 +8,10 @@
 //! - [`pack`]: writing the chip pack (safetensors, manifest with hashes, report) in the
 //!   format `inband_chip::pack` defines;
 //! - [`report`]: the readable allocation report;
+//! - [`dependencies`]: which layer's heads and MLP wait for which (in the report);
 //! - [`toy`]: an 8-bit accumulator machine compiled end to end, with its reference model.
 
+pub mod dependencies;
 pub mod emit;
 pub mod layout;
 pub mod pack;

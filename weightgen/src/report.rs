@@ -7,6 +7,7 @@ use std::ops::Range;
 use inband_circuits::{Address, Circuit, Expr};
 use inband_qwen35::weights::{Array, DecoderLayer, Mixer};
 
+use crate::dependencies::{layer_units, steps, unit_name, waits_for};
 use crate::emit::Chip;
 
 fn describe_expr(c: &Circuit, e: &Expr, limit: usize) -> String {
@@ -118,6 +119,15 @@ fn sparsity(layer: &DecoderLayer, anchors: &Range<usize>) -> Option<String> {
     ))
 }
 
+/// Layer l's heads' and MLP's steps, and the latest earlier unit whose writes each reads.
+fn waits_line(waits: &[Option<usize>], steps: &[usize], l: usize) -> String {
+    let unit = |u: usize| {
+        let after = waits[u].map_or("nothing".to_string(), unit_name);
+        format!("step {} (after {after})", steps[u])
+    };
+    format!("steps: heads {}, MLP {}", unit(2 * l), unit(2 * l + 1))
+}
+
 /// The report text.
 pub fn report(chip: &Chip) -> String {
     let c = &chip.circuit;
@@ -184,10 +194,29 @@ pub fn report(chip: &Chip) -> String {
     );
 
     let anchors = layout.hidden..layout.hidden + layout.anchors.len();
+    let units: Vec<_> = chip
+        .layers
+        .iter()
+        .filter_map(|l| layer_units(l, &anchors))
+        .flatten()
+        .collect();
+    let (waits, steps) = (waits_for(&units), steps(&units));
+    if units.len() == 2 * chip.layers.len() {
+        let _ = writeln!(
+            out,
+            "units: {} (each layer's heads and MLP) in {} steps, each unit a step after every unit whose writes \
+             it reads",
+            units.len(),
+            steps.iter().max().unwrap_or(&0)
+        );
+    }
     for l in 0..chip.layers.len() {
         let _ = writeln!(out, "\n== layer {l}");
         if let Some(line) = sparsity(&chip.layers[l], &anchors) {
             let _ = writeln!(out, "{line}");
+        }
+        if units.len() == 2 * chip.layers.len() {
+            let _ = writeln!(out, "{}", waits_line(&waits, &steps, l));
         }
         let _ = writeln!(out, "mixer (Gated DeltaNet):");
         let mut used = 0;

@@ -105,7 +105,9 @@ fn cli_writes_a_pack_with_a_report() {
     assert!(
         report.contains("nonzero weights:")
             && report.contains("== layer 0")
-            && report.contains("sparsity: weights on signal columns"),
+            && report.contains("sparsity: weights on signal columns")
+            && report.contains("steps: heads step 1 (after nothing), MLP step 2 (after layer 0's heads)")
+            && report.contains("each unit a step after every unit whose writes it reads"),
         "{report}"
     );
     let bad = std::process::Command::new(env!("CARGO_BIN_EXE_weightgen"))
