@@ -3,14 +3,17 @@
 # shared header pasted in, no fused multiply-adds, no flushing, IEEE division and square
 # root, sm_90), and prints ptxas's registers and spills for each block shape: a variant's
 # register pressure is known before a GPU run is spent on it (at 1,024 threads a thread
-# holds 64 registers, and spills in a value head's chain cost the whole pass).
+# holds 64 registers, and spills in a value head's chain cost the whole pass). With each,
+# the code's size and how many shared-memory loads address by a uniform register (the
+# layer's tables: a barrier whose condition the compiler cannot see is uniform moves them
+# to ordinary registers, and a pass of the sparse kernel ran 2 % slower for it).
 #
 #   scripts/kernel-registers.sh [KERNEL.cu] [NVCC OPTION...]
 #
 # KERNEL.cu defaults to the sparse and reference kernels; options go to nvcc (-DPROFILE,
 # -DTHREADS is set per shape). The first run fetches CUDA 13.0's compiler from PyPI
-# (the version the GPU machine's driver accepts) into target/cuda-nvcc; nothing else
-# uses it.
+# (the version the GPU machine's driver accepts) into target/cuda-nvcc and a disassembler
+# into target/cuda-nvdisasm; nothing else uses them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 NVCC_DIR=target/cuda-nvcc
@@ -21,6 +24,15 @@ if [ ! -x "$C/bin/nvcc" ]; then
     PIP_ROOT_USER_ACTION=ignore python3 -m pip download -q --no-deps -d "$wheels" nvidia-cuda-nvcc==13.0.88 nvidia-cuda-crt==13.0.88 \
         nvidia-nvvm==13.0.88 nvidia-cuda-runtime==13.0.96 nvidia-cuda-cccl==13.0.85
     PIP_ROOT_USER_ACTION=ignore python3 -m pip install -q --no-deps --no-index --target "$NVCC_DIR" "$wheels"/*.whl
+    rm -rf "$wheels"
+fi
+# (Its own folder: pip does not add to a --target folder that exists.)
+DISASM=target/cuda-nvdisasm/nvidia/cu13/bin/nvdisasm
+if [ ! -x "$DISASM" ]; then
+    echo "fetching nvdisasm from PyPI into target/cuda-nvdisasm ..."
+    wheels=$(mktemp -d)
+    PIP_ROOT_USER_ACTION=ignore python3 -m pip download -q --no-deps -d "$wheels" nvidia-cuda-nvdisasm==13.2.78
+    PIP_ROOT_USER_ACTION=ignore python3 -m pip install -q --no-deps --no-index --target target/cuda-nvdisasm "$wheels"/*.whl
     rm -rf "$wheels"
 fi
 kernels=(host-runtime/src/gpu/chip_sparse.cu host-runtime/src/gpu/chip_reference.cu)
@@ -44,6 +56,10 @@ PY
                  /Function properties for/ { entry = /chip_passes$/ }
                  entry && /bytes spill stores/ { spill = $0 }
                  entry && /Used [0-9]+ registers/ { match($0, /Used [0-9]+ registers/); regs = substr($0, RSTART, RLENGTH) }
-                 END { if (!bad) { sub(/^ +/, "", spill); print regs ", " spill } }'
+                 END { if (!bad) { sub(/^ +/, "", spill); printf "%s, %s", regs, spill } }'
+        # The disassembly's instructions (16 bytes each) and uniform-addressed shared loads.
+        "$DISASM" -c "$work/k.cubin" >"$work/k.sass" 2>/dev/null || : >"$work/k.sass"
+        printf '; %d KB of code, %d shared loads by a uniform register\n' \
+            $(($(grep -cE '^ +/\*[0-9a-f]+\*/' "$work/k.sass") * 16 / 1024)) "$(grep -cE 'LDS[^;]*\[UR' "$work/k.sass")"
     done
 done
