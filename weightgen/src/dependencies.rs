@@ -51,15 +51,15 @@ pub fn layer_units(layer: &DecoderLayer, anchors: &Range<usize>) -> Option<[Unit
     Some([heads, mlp])
 }
 
+/// Whether two dim sets share a dim.
+fn meet(a: &[bool], b: &[bool]) -> bool {
+    a.iter().zip(b).any(|(x, y)| *x && *y)
+}
+
 /// For each unit, in order, the latest earlier unit that writes a dim it reads.
 pub fn waits_for(units: &[Unit]) -> Vec<Option<usize>> {
     (0..units.len())
-        .map(|u| {
-            (0..u).rev().find(|&e| {
-                let (reads, writes) = (&units[u].reads, &units[e].writes);
-                reads.iter().zip(writes).any(|(r, w)| *r && *w)
-            })
-        })
+        .map(|u| (0..u).rev().find(|&e| meet(&units[u].reads, &units[e].writes)))
         .collect()
 }
 
@@ -67,7 +67,6 @@ pub fn waits_for(units: &[Unit]) -> Vec<Option<usize>> {
 /// and no earlier than one that reads what it writes (reads come first within a step).
 /// The largest is the fewest steps the units can run in.
 pub fn steps(units: &[Unit]) -> Vec<usize> {
-    let meet = |a: &[bool], b: &[bool]| a.iter().zip(b).any(|(x, y)| *x && *y);
     let mut step = vec![0usize; units.len()];
     for u in 0..units.len() {
         step[u] = (0..u)

@@ -201,7 +201,9 @@ pub fn report(chip: &Chip) -> String {
         .flatten()
         .collect();
     let (waits, steps) = (waits_for(&units), steps(&units));
-    if units.len() == 2 * chip.layers.len() {
+    // (Every chip layer is linear attention; a layer that were not would have no units.)
+    let every_layer = units.len() == 2 * chip.layers.len();
+    if every_layer {
         let _ = writeln!(
             out,
             "units: {} (each layer's heads and MLP) in {} steps, each unit a step after every unit whose writes \
@@ -215,7 +217,7 @@ pub fn report(chip: &Chip) -> String {
         if let Some(line) = sparsity(&chip.layers[l], &anchors) {
             let _ = writeln!(out, "{line}");
         }
-        if units.len() == 2 * chip.layers.len() {
+        if every_layer {
             let _ = writeln!(out, "{}", waits_line(&waits, &steps, l));
         }
         let _ = writeln!(out, "mixer (Gated DeltaNet):");
