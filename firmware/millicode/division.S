@@ -42,8 +42,7 @@ div_by_zero:
 # A quotient of 0 or 1 never gets here: the chip answers a division with n < 2d (both
 # operands non-negative for DIV and REM) in its own pass. DIVU checks for a zero divisor,
 # then the last long division's operands themselves (a hit returns from the entry's own
-# row), so the common divu-then-remu pair costs few passes; the routine takes the entry's
-# n >> 1 (x19). REMU checks for a zero divisor after the cache: its operands hit the
+# row), so the common divu-then-remu pair costs few passes. REMU checks for a zero divisor after the cache: its operands hit the
 # cache only before any long division (x15 is a divisor that was not 0 ever after), when
 # x14 = x17 = 0, so x29 = 0 and the hit's x17 is the right answer.
         .balign 64
@@ -53,8 +52,7 @@ divu_entry:                             # row 2: DIVU (funct3 101)
         bne     x30, x15, 1f
         mv      x31, x16
         ecall
-1:      srli    x19, x29, 1
-        jal     x1, udivmod_window
+1:      jal     x1, udivmod_window
         mv      x31, x16
         ecall
 
@@ -79,12 +77,11 @@ remu_entry:                             # row 6: REMU (funct3 111)
         bne     x30, x15, 1f
         mv      x31, x17
         ecall
-2:      mv      x31, x29
-        ecall
-1:      beqz    x30, 2b                 # x % 0 = x
-        srli    x19, x29, 1
+1:      beqz    x30, 2f                 # x % 0 = x
         jal     x1, udivmod_window
         mv      x31, x17
+        ecall
+2:      mv      x31, x29
         ecall
 
         .balign 64
@@ -116,37 +113,58 @@ magnitudes:
         li      x16, 1
         ret
 
-# x16 = x14 / x15, x17 = x14 % x15 (unsigned, quotient at least 2, x19 = x14 >> 1),
-# with x14, x15 the operands: the last long division's operands and results stay there,
-# so a quotient and a remainder of the same operands (gcc emits divu then remu, in
-# libgcc's 64-bit division too) cost one routine, and the results are never copied.
-# Every register write of a 32-bit value costs passes, so the unsigned entries check the
-# cache before the operands are copied (the signed path copies its magnitudes first and
-# answers its short quotients itself: its results land in x16, x17 too), and the shifts
-# the loops compare against are made once. Long division over the quotient's bits only: the divisor is shifted up under the
-# dividend (whole bytes first), its top quotient bit is 1 (the remainder starts as the
-# first difference), then each step subtracts it where it fits and halves it, until it
-# falls below the divisor (no step counter: each instruction is a pass or more). It uses
-# x6, x14..x19 only.
+# x16 = x14 / x15, x17 = x14 % x15 (unsigned, quotient at least 2), with x14, x15 the
+# operands: the last long division's operands and results stay there, so a quotient and
+# a remainder of the same operands (gcc emits divu then remu, in libgcc's 64-bit division
+# too) cost one division, and the results are never copied. Every register write of a
+# 32-bit value costs passes, so the unsigned entries check the cache before the operands
+# are copied (the signed path copies its magnitudes first and answers its short
+# quotients itself: its results land in x16, x17 too).
+#
+# Long division by radix-16 digits from the top, each three instructions of the chip's
+# division digit (custom-0, millicode only): dquo x13 = the digit of the remainder x17 by
+# x15 · 16^k (0 where that does not fit 32 bits), dstep x17 = the remainder less that
+# digit's multiple, dacc x16 = x16 · 16 + x13. A quotient below 2^16 (x14 < x15 · 2^16)
+# starts at digit 3. It uses x13, x14..x18 only.
+        .macro  dquo rd, rs1, rs2, k
+        .insn   r 0x0b, 0, \k, \rd, \rs1, \rs2
+        .endm
+        .macro  dstep rd, rs1, rs2, k
+        .insn   r 0x0b, 1, \k, \rd, \rs1, \rs2
+        .endm
+        .macro  dacc rd, rs1, rs2
+        .insn   r 0x0b, 2, 0, \rd, \rs1, \rs2
+        .endm
+        .macro  digit k
+        dquo    x13, x17, x15, \k
+        dstep   x17, x17, x15, \k
+        dacc    x16, x16, x13
+        .endm
+# (A row's eighth instruction must have a zero top byte: dquo and dstep with k > 0 do
+# not, dacc does. Six words that never run put the digits where each row's eighth is a
+# dacc or digit 0's dquo; digit 3 runs its dacc second.)
+        .rept   6
+        nop
+        .endr
 udivmod_window:                         # the unsigned entries' operands
         mv      x14, x29
         mv      x15, x30
-6:      mv      x6, x15                 # the divisor, shifted in place
-        srli    x18, x14, 8
-        bltu    x18, x6, 3f
-2:      slli    x6, x6, 8               # whole bytes while d << (k + 8) <= n
-        bgeu    x18, x6, 2b
-3:      bltu    x19, x6, 4f
-7:      slli    x6, x6, 1               # then bits while d << (k + 1) <= n
-        bgeu    x19, x6, 7b
-4:      sub     x17, x14, x6            # the top quotient bit
-        li      x16, 1
-        j       8f
-        .balign 32                      # (the quotient loop in one row)
-5:      slli    x16, x16, 1             # one quotient bit per step, from the top, while
-        bltu    x17, x6, 8f             # the shifted divisor d << i is at least d
-        sub     x17, x17, x6
-        ori     x16, x16, 1
-8:      srli    x6, x6, 1
-        bgeu    x6, x15, 5b
+6:      srli    x18, x14, 16
+        bltu    x18, x15, 2f
+        dquo    x13, x14, x15, 7        # the first digit reads the dividend, and x16 = q
+        dstep   x17, x14, x15, 7
+        dacc    x16, x0, x13
+        digit   6
+        digit   5
+        digit   4
+        dquo    x13, x17, x15, 3
+        dacc    x16, x16, x13
+        dstep   x17, x17, x15, 3
+3:      digit   2
+        digit   1
+        digit   0
         ret
+2:      dquo    x13, x14, x15, 3        # x14 < x15 · 2^16: the quotient's digits 3..0
+        dstep   x17, x14, x15, 3
+        dacc    x16, x0, x13
+        j       3b

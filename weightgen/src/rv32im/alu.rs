@@ -6,12 +6,14 @@
 //! - address adder: rs1 + imm for loads, stores and JALR;
 //! - pc adder: pc + imm for AUIPC, JAL and branches;
 //! - logic: one AND neuron per bit (OR and XOR are linear in it);
-//! - shifter: a left and a right (logical or arithmetic) barrel shifter;
+//! - shifter: a left and a right (logical or arithmetic) barrel shifter (millicode's
+//!   `dacc` shifts left by 4);
 //! - multiplier: 32×32 → 64 bits. Partial products bit(rs2)·nibble(rs1) sum into 16
 //!   columns; thresholds split each column into three base-16 digits; one more threshold
 //!   layer folds the three shifted rows into digits plus small carries; a final nibble
 //!   adder. Signed operands are unsigned ones with two's complement corrections of the
-//!   high word.
+//!   high word;
+//! - the division digit (`digit`): millicode's radix-16 step.
 
 use inband_circuits::primitives::{
     add, add_and, add_bits, add_gated, all, less_unsigned, not, shift_with_fill, subtract_compare, BitSum, Word,
@@ -44,6 +46,8 @@ pub struct Executed {
     pub product: Vec<Expr>,
     /// The jump target's bits (jal/branch: pc + imm; jalr: rs1 + imm with bit 0 cleared).
     pub target: Vec<Expr>,
+    /// The division digit's results (millicode's dquo and dstep).
+    pub digit: super::digit::Digit,
 }
 
 fn gate_bits(c: &mut Circuit, name: &str, terms: &[(Expr, Vec<Expr>)]) -> Vec<Expr> {
@@ -147,7 +151,8 @@ pub fn build(c: &mut Circuit, f: &Front, d: &Decoded, a: &RegValue, b: &RegValue
         .map(|i| a.bits[i].clone() + logic_op2[i].clone() - and[i].clone() * 2.0)
         .collect();
 
-    // Shifts: the amount's one-hots from imm (shift-immediate) or rs2 (shift-register).
+    // Shifts: the amount's one-hots from imm (shift-immediate) or rs2 (shift-register);
+    // millicode's dacc shifts rs1 left by 4.
     let by_imm = sum_of(&[&k.slli, &k.srli, &k.srai]);
     let by_reg = sum_of(&[&k.sll, &k.srl, &k.sra]);
     let mut blk = c.block("shift.amount");
@@ -167,6 +172,8 @@ pub fn build(c: &mut Circuit, f: &Front, d: &Decoded, a: &RegValue, b: &RegValue
             add_and(&mut blk, &t, &[(high[v as usize], 1.0)]);
         }
     }
+    add_and(&mut blk, std::slice::from_ref(&k.dacc), &[(low[0], 1.0)]);
+    add_and(&mut blk, std::slice::from_ref(&k.dacc), &[(high[1], 1.0)]);
     let arithmetic = k.sra.clone() + k.srai.clone();
     add_gated(
         &mut blk,
@@ -181,6 +188,7 @@ pub fn build(c: &mut Circuit, f: &Front, d: &Decoded, a: &RegValue, b: &RegValue
     let shift_right = shift_with_fill(c, "shift.right", &a.bits, &low, &high, true, &Expr::signal(fill));
 
     let product = multiplier(c, k, a, b);
+    let digit = super::digit::build(c, k, a, b);
 
     // Jump target: pc + imm for jal and branches, rs1 + imm (bit 0 cleared) for jalr.
     let relative = k.jal.clone() + k.branch.iter().sum::<Expr>();
@@ -207,6 +215,7 @@ pub fn build(c: &mut Circuit, f: &Front, d: &Decoded, a: &RegValue, b: &RegValue
         shift_right,
         product,
         target,
+        digit,
     }
 }
 

@@ -9,7 +9,8 @@
 //! caller through a window: in millicode, register fields name shadow registers 32..63,
 //! except that reading x29 (through either source field) reads the caller's rs1, reading
 //! x30 its rs2, and writing x31 writes its rd. The `ctx` memories hold those register numbers and the return pc,
-//! written when the division instruction enters millicode.
+//! written when the division instruction enters millicode. Millicode alone also runs the
+//! division digit's custom-0 instructions (`digit`).
 
 use inband_circuits::primitives::{add_and, add_gated, all, not};
 use inband_circuits::{Circuit, Delayed, Expr, Range, Write};
@@ -53,6 +54,14 @@ pub struct Classes {
     pub mul: [Expr; 4],
     /// div divu rem remu from user code (they enter millicode unless the quotient is 0 or 1)
     pub mdiv: Expr,
+    /// The millicode's division digit instructions (custom-0, millicode only; `digit`):
+    /// dquo (funct3 0), dstep (1), dacc (2).
+    pub dquo: Expr,
+    pub dstep: Expr,
+    pub dacc: Expr,
+    /// dquo's or dstep's funct7, one-hot (0..7): the divisor's shift in nibbles; all 0
+    /// on every other pass.
+    pub digit_shift: Vec<Expr>,
     pub fence: Expr,
     pub ecall_user: Expr,
     /// ecall in millicode: return to the caller
@@ -276,6 +285,20 @@ fn classes(c: &mut Circuit, f: &Front, user: &Expr) -> Classes {
         terms(bits, (0b0110011, None, Some(1))),
         &[bits[14].clone(), first.clone(), user.clone()],
     );
+    // The division digit (`digit`): custom-0, decoded in millicode only (user code that
+    // runs one traps as illegal, as on any RV32IM machine).
+    let in_millicode = [first.clone(), f.mode.clone()];
+    let dquo = class("dquo", terms(bits, op3(CUSTOM_0, 0)), &in_millicode);
+    let dstep = class("dstep", terms(bits, op3(CUSTOM_0, 1)), &in_millicode);
+    let dacc = class("dacc", terms(bits, op3(CUSTOM_0, 2)), &in_millicode);
+    let digit_shift = (0..8u64)
+        .map(|shift| {
+            let mut t = pattern(bits, 0, 7, CUSTOM_0);
+            t.extend(pattern(bits, 13, 2, 0));
+            t.extend(pattern(bits, 25, 3, shift));
+            class(&format!("digit.shift{shift}"), t, &in_millicode)
+        })
+        .collect();
     let fence = class("fence", terms(bits, op3(0b0001111, 0)), &at_first);
     let ecall_word = pattern(bits, 0, 32, 0x0000_0073);
     let ecall_user = class("ecall", ecall_word.clone(), &[first.clone(), user.clone()]);
@@ -307,6 +330,9 @@ fn classes(c: &mut Circuit, f: &Front, user: &Expr) -> Classes {
         &or,
         &and,
         &mdiv,
+        &dquo,
+        &dstep,
+        &dacc,
         &fence,
         &ecall_user,
         &ecall_mc,
@@ -349,6 +375,10 @@ fn classes(c: &mut Circuit, f: &Front, user: &Expr) -> Classes {
         and,
         mul,
         mdiv,
+        dquo,
+        dstep,
+        dacc,
+        digit_shift,
         fence,
         ecall_user,
         ecall_mc,
@@ -360,6 +390,8 @@ fn classes(c: &mut Circuit, f: &Front, user: &Expr) -> Classes {
 
 /// The load and store opcodes.
 const LOAD: u64 = 0b0000011;
+/// The custom-0 opcode (the division digit's instructions).
+const CUSTOM_0: u64 = 0b0001011;
 const STORE: u64 = 0b0100011;
 
 /// The immediate's bits, per opcode family (which instruction bit lands in immediate bit

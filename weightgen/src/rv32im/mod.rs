@@ -5,7 +5,8 @@
 //!   fetch and the instruction's bits; boot staging for ROM rows and words;
 //! - [`decode`]: classes, immediates, register numbers, the millicode window;
 //! - [`regs`]: the register file (written from the consumed token, read for rs1/rs2);
-//! - [`alu`]: adders, comparisons, logic, shifts, the multiplier, jump targets;
+//! - [`alu`]: adders, comparisons, logic, shifts, the multiplier, jump targets, and
+//!   [`digit`], the millicode's radix-16 division step;
 //! - [`mem`]: RAM banks, loads, stores;
 //! - [`retire`]: the value, its classification, the latch and the next token.
 //!
@@ -19,6 +20,7 @@
 
 pub mod alu;
 pub mod decode;
+pub mod digit;
 pub mod front;
 pub mod mem;
 pub mod millicode;

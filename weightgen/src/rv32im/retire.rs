@@ -133,7 +133,9 @@ pub fn build(c: &mut Circuit, t: &Tok, f: &Front, d: &Decoded, r: &RegFile, x: &
         ("and", k.and.clone() + k.andi.clone(), nibble_values(&x.and)),
         ("or", sum(&[&k.or, &k.ori, &rem_dividend]), nibble_values(&x.or)),
         ("xor", k.xor.clone() + k.xori.clone(), nibble_values(&x.xor)),
-        ("sll", k.sll.clone() + k.slli.clone(), nibble_values(&x.shift_left)),
+        // dacc is rs1 << 4 plus rs2's low nibble, which the classification never reads
+        // (the value's nibble 0 takes it below).
+        ("sll", sum(&[&k.sll, &k.slli, &k.dacc]), nibble_values(&x.shift_left)),
         (
             "sr",
             sum(&[&k.srl, &k.sra, &k.srli, &k.srai]),
@@ -146,6 +148,8 @@ pub fn build(c: &mut Circuit, t: &Tok, f: &Front, d: &Decoded, r: &RegFile, x: &
         ("mulh", sum(&[&k.mul[1], &k.mul[2], &k.mul[3]]), x.product[8..].to_vec()),
         ("div.zero", div_zero, zero_hi(Vec::new())),
         ("div.one", div_one, zero_hi(vec![Expr::constant(1.0)])),
+        ("dquo", k.dquo.clone(), zero_hi(vec![x.digit.digit.clone()])),
+        ("dstep", k.dstep.clone(), x.digit.remainder.clone()),
     ];
     // Other values the tokens carry: a merged word, the exit code, trap values, a console byte.
     let trap_address =
@@ -170,6 +174,7 @@ pub fn build(c: &mut Circuit, t: &Tok, f: &Front, d: &Decoded, r: &RegFile, x: &
             add_gated(&mut blk, cond, (-1.0, 1.0), n, &[(val[j], 1.0)]);
         }
     }
+    add_gated(&mut blk, &k.dacc, (0.0, 1.0), &rs2.nibbles[0], &[(val[0], 1.0)]);
     c.add_block(blk);
     let value_n = oh(&val);
 
