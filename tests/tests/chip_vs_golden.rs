@@ -255,7 +255,7 @@ fn fib() {
 }
 
 #[test]
-#[ignore = "921k instructions (1.5M forward passes): about 13 minutes on the CPU path"]
+#[ignore = "921k instructions (1.4M forward passes): about 13 minutes on the CPU path"]
 fn euler10() {
     assert!(whole("euler10") <= 2.0);
 }

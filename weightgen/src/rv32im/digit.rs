@@ -9,15 +9,15 @@
 //!   quotient (the shifter by 4 and one more term of the value's low nibble; `alu`,
 //!   `retire`).
 //!
-//! So a quotient digit of four bits costs three instructions where a loop over its bits
-//! cost four rounds of five. The fifteen multiples are compared at once, each as the sum
+//! So a quotient digit of four bits costs three instructions where the loop over its bits
+//! ran four rounds of five. The fifteen multiples are compared at once, each as the sum
 //! R + NOT(j·X) + 2 over nine nibbles, whose carry out says R ≥ j·X and whose low eight
 //! nibbles are R − j·X:
 //! 1. (with the register read) X's one-hot nibbles shifted up by k, and R's nibbles, gated
 //!    by the two classes, so on every other pass nothing after them moves;
 //! 2. j·X is two rows read off X's one-hots, linearly: j·v mod 16 at each nibble and
-//!    j·v div 16 at the next; each nibble's sum of R and the two complements (0..47)
-//!    splits into a digit and a carry of 0..2;
+//!    j·v div 16 at the next; each nibble's sum of R and the two complements (0..47; 0
+//!    off the digit's passes) splits into a digit and a carry of 0..2;
 //! 3. and 4. an adder of the digits and the carries ([`add`]);
 //! 5. the digit (the multiples that fit) and the remainder of the largest that fits.
 
@@ -41,8 +41,8 @@ pub struct Digit {
 }
 
 pub fn build(c: &mut Circuit, k: &Classes, r: &RegValue, d: &RegValue) -> Digit {
-    let (x, overflow, rn) = operands(c, k, r, d);
     let comparing = k.dquo.clone() + k.dstep.clone();
+    let (x, overflow, rn) = operands(c, k, &comparing, r, d);
     let multiples: Vec<(Expr, Vec<Expr>)> = (1..=MULTIPLES).map(|j| multiple(c, j, &x, &rn, &comparing)).collect();
     pick(c, k, &multiples, &Expr::signal(overflow), &rn)
 }
@@ -50,7 +50,13 @@ pub fn build(c: &mut Circuit, k: &Classes, r: &RegValue, d: &RegValue) -> Digit 
 /// X's one-hot nibbles (entries 1..15 of nibbles 0..7; rs2's shifted up by k, only on a
 /// dquo or dstep pass), whether rs2 · 16^k overflows 32 bits, and R's nibbles (likewise
 /// gated).
-fn operands(c: &mut Circuit, k: &Classes, r: &RegValue, d: &RegValue) -> (Vec<Vec<Signal>>, Signal, Vec<Signal>) {
+fn operands(
+    c: &mut Circuit,
+    k: &Classes,
+    comparing: &Expr,
+    r: &RegValue,
+    d: &RegValue,
+) -> (Vec<Vec<Signal>>, Signal, Vec<Signal>) {
     let one = Expr::constant(1.0);
     let mut blk = c.block("digit.operands");
     let x: Vec<Vec<Signal>> = (0..8)
@@ -76,10 +82,9 @@ fn operands(c: &mut Circuit, k: &Classes, r: &RegValue, d: &RegValue) -> (Vec<Ve
         let cond = nonzero + (k.digit_shift[shift].clone() - 1.0) * reach;
         add_gated(&mut blk, &cond, (-reach, shift as f64), &one, &[(overflow, 1.0)]);
     }
-    let comparing = k.dquo.clone() + k.dstep.clone();
     let rn: Vec<Signal> = (0..8).map(|i| blk.output(format!("r{i}"), Range::NIBBLE)).collect();
     for (i, n) in rn.iter().enumerate() {
-        add_gated(&mut blk, &comparing, (0.0, 1.0), &r.nibbles[i], &[(*n, 1.0)]);
+        add_gated(&mut blk, comparing, (0.0, 1.0), &r.nibbles[i], &[(*n, 1.0)]);
     }
     c.add_block(blk);
     (x, overflow, rn)
@@ -89,7 +94,7 @@ fn operands(c: &mut Circuit, k: &Classes, r: &RegValue, d: &RegValue) -> (Vec<Ve
 /// The sums' constants (the complements' 15s, the 2) come with `comparing`, so on every
 /// other pass each sum is 0 and every signal after it too: a constant signal that is not
 /// 0 would be written into the residual on every pass, and its columns read (measured on
-/// the H200: 2.3 times the listed dims, 11 % fewer passes a second).
+/// the H200: 10–12 % fewer passes a second).
 fn multiple(c: &mut Circuit, j: usize, x: &[Vec<Signal>], rn: &[Signal], comparing: &Expr) -> (Expr, Vec<Expr>) {
     // Nibble p's share of j·X: j·v mod 16 there and j·v div 16 at p + 1.
     let row = |p: usize, f: &dyn Fn(usize) -> usize| -> Expr {
