@@ -390,9 +390,9 @@ fn classes(c: &mut Circuit, f: &Front, user: &Expr) -> Classes {
 
 /// The load and store opcodes.
 const LOAD: u64 = 0b0000011;
+const STORE: u64 = 0b0100011;
 /// The custom-0 opcode (the division digit's instructions).
 const CUSTOM_0: u64 = 0b0001011;
-const STORE: u64 = 0b0100011;
 
 /// The immediate's bits, per opcode family (which instruction bit lands in immediate bit
 /// i), one-hot; zero when nothing is fetched. Then the same bits of loads and stores
