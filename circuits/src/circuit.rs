@@ -60,6 +60,31 @@ pub struct Neuron {
     pub outputs: Vec<(Signal, f64)>,
 }
 
+impl Neuron {
+    /// Whether the gate is open with no signal reaching the neuron (every signal it reads
+    /// 0, as on most passes): its constant is a decision, never within 1/2 of 0 (see
+    /// [`crate::contract::GATE_SCALE`]).
+    pub fn open_at_rest(&self) -> bool {
+        self.gate.constant > 0.0
+    }
+
+    /// Whether the neuron reads no signal at all (a constant, such as the token scores
+    /// every pass adds).
+    pub fn is_constant(&self) -> bool {
+        self.gate.is_constant() && self.up.is_constant()
+    }
+
+    /// Whether a neuron that reads signals adds something when none of them reaches it:
+    /// its gate is open and its up's constant is not 0. It then writes its outputs on
+    /// every pass (a constant signal that is not 0, listed and read by every later
+    /// layer), and the GPU kernel, which skips the neurons no signal reached, computes
+    /// every neuron of its layer on every pass (a first version of the division digit had
+    /// such neurons and cost the H200 10–12 % of its passes a second).
+    pub fn awake_at_rest(&self) -> bool {
+        !self.is_constant() && self.open_at_rest() && self.up.constant != 0.0
+    }
+}
+
 /// Neurons that must share one layer's MLP because they add into the same signals.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Block {

@@ -529,7 +529,11 @@ fn add_bits_with(
     let top = n / 4 - 1;
     if compare {
         // The top nibble's sum with both top bits flipped: each flip turns x into 1 − x.
-        let flipped = nibble_sum(top) + (Expr::constant(2.0) - a[n - 1].clone() * 2.0 - b[n - 1].clone() * 2.0) * 8.0;
+        // The flips' 1s come with the carry in, which is 1 wherever the comparisons mean
+        // something (a subtraction): as constants they would open both neurons on every
+        // pass, each writing a signal that is not 0 where nothing is computed.
+        let flipped =
+            nibble_sum(top) + (carry_in.clone() * 2.0 - a[n - 1].clone() * 2.0 - b[n - 1].clone() * 2.0) * 8.0;
         conds.push(("g.flip".into(), flipped.clone() - 15.0));
         conds.push(("q.flip".into(), flipped - 14.0));
     }

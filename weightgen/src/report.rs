@@ -282,7 +282,14 @@ pub fn report(chip: &Chip) -> String {
             .filter(|b| chip.schedule.block_layer[*b] == l)
             .collect();
         let count: usize = blocks.iter().map(|b| c.blocks[*b].neurons.len()).sum();
-        let _ = writeln!(out, "MLP: {count} of {} neurons", base.intermediate_size);
+        let awake = |b: usize| c.blocks[b].neurons.iter().filter(|n| n.awake_at_rest()).count();
+        let awake_here: usize = blocks.iter().map(|b| awake(*b)).sum();
+        let _ = writeln!(
+            out,
+            "MLP: {count} of {} neurons; awake at rest: {awake_here} (a neuron that adds something with no \
+             signal reaching it writes on every pass, and the GPU then computes every neuron of its layer)",
+            base.intermediate_size
+        );
         let mut first = 0;
         for b in blocks {
             let block = &c.blocks[b];
@@ -294,9 +301,13 @@ pub fn report(chip: &Chip) -> String {
             } else {
                 outputs.join(", ")
             };
+            let awake = match awake(b) {
+                0 => String::new(),
+                n => format!(" ({n} awake at rest)"),
+            };
             let _ = writeln!(
                 out,
-                "  neurons {}..{}: {} -> {}",
+                "  neurons {}..{}: {} -> {}{awake}",
                 first,
                 first + block.neurons.len().max(1) - 1,
                 block.name,

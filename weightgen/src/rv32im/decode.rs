@@ -475,11 +475,20 @@ fn register_numbers(
         Expr::signal(s)
     };
     // `is(r)`: the terms saying the field names register r. `windows`: registers that, in
-    // millicode, stand for the caller's register given by a ctx one-hot.
+    // millicode, stand for the caller's register given by a ctx one-hot. x0's field is
+    // all zero bits, which is also what a pass without a fetch decodes: its user row
+    // takes the fetch too, or its neuron would fire on every pass (reading x0 or no row
+    // reads the same zeros).
+    let user_fetched = [user.clone(), f.fetch.clone()];
     let mut register = |name: &str, is: &dyn Fn(usize) -> Vec<Expr>, windows: &[(usize, &[Expr])]| -> RegRows {
         let mut rows: Vec<Expr> = vec![Expr::zero(); 64];
         for r in 0..32 {
-            rows[r] = rows[r].clone() + neuron(format!("{name}.u{r}"), all_of(is(r), std::slice::from_ref(user)));
+            let context = if r == 0 {
+                &user_fetched[..]
+            } else {
+                std::slice::from_ref(user)
+            };
+            rows[r] = rows[r].clone() + neuron(format!("{name}.u{r}"), all_of(is(r), context));
             if windows.iter().all(|(w, _)| *w != r) {
                 rows[32 + r] = neuron(format!("{name}.s{r}"), all_of(is(r), std::slice::from_ref(&f.mode)));
             }
@@ -509,8 +518,9 @@ fn register_numbers(
     let rs1 = register("rs1", &rs1_is, &sources);
     let rs2 = register("rs2", &rs2_is, &sources);
     let rd = register("rd", &rd_is, &[(31, &cb[0..32])]);
-    // Nothing is written for x0: the field is 0 (user or shadow x0) or names the caller's x0.
-    let field_zero = neuron("rd.zero".into(), all(&rd_is(0)));
+    // Nothing is written for x0: the field is 0 (user or shadow x0) or names the caller's x0
+    // (with the fetch, as x0's rows above).
+    let field_zero = neuron("rd.zero".into(), all_of(rd_is(0), std::slice::from_ref(&f.fetch)));
     let ctx_zero = neuron(
         "rd.ctx.zero".into(),
         all_of(rd_is(31), &[f.mode.clone(), cb[0].clone()]),

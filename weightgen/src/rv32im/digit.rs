@@ -149,8 +149,10 @@ fn multiple(c: &mut Circuit, j: usize, x: &[Vec<Signal>], rn: &[Signal], compari
         &Expr::zero(),
     );
     // The whole sum's multiples of 16^9 (the split's carry out of nibble 8 and the
-    // adder's) are 2 exactly where R ≥ j·X (j·X < 16^9), 1 otherwise.
-    let fits = Expr::signal(carries[WIDE - 1]) + total.carries[WIDE].clone() - 1.0;
+    // adder's) are 2 exactly where R ≥ j·X (j·X < 16^9), 1 otherwise; 0 off the digit's
+    // passes, where `fits` is then 0 too (so `not(fits)` in the pick's conditions is 1
+    // there, not 2, and no gate of the pick opens at rest).
+    let fits = Expr::signal(carries[WIDE - 1]) + total.carries[WIDE].clone() - comparing.clone();
     (fits, total.word.nibbles[..8].to_vec())
 }
 

@@ -127,3 +127,27 @@ impl Rv32Chip {
         self.chip.model(Some(self.host_map()), path)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// With no signal reaching it, every neuron's gate is shut (stronger than none awake at
+    /// rest): a neuron awake at rest writes its outputs on every pass, and the GPU kernel
+    /// then computes every neuron of its layer on every pass (x0's register rows and the
+    /// adder's signed comparison had such neurons, in layers 2 and 4).
+    #[test]
+    fn no_neuron_fires_at_rest() {
+        let base = inband_qwen35::presets::Shape::Qwen0_8b.config();
+        let (c, _) = circuit(target_of(&base)).unwrap();
+        let open: Vec<String> = c
+            .blocks
+            .iter()
+            .flat_map(|b| {
+                let open = b.neurons.iter().filter(|n| !n.is_constant() && n.open_at_rest());
+                open.map(|_| b.name.clone())
+            })
+            .collect();
+        assert!(open.is_empty(), "gates open at rest in {open:?}");
+    }
+}
