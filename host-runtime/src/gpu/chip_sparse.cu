@@ -97,12 +97,13 @@
 // ~275 chunks still went through the table, after the warps' own round, and a warp's
 // listing grew); a warp's chunks loaded four (or two) at a time before their adds
 // (−1.7 %: a scatter's time is mostly its listing phase, 1.2-3.5 k cycles, of which the
-// listing warps' own steps are ~1 k; the adds after it are 0.4-1.5 k). Then, each
-// alone and together (−2.3 to −2.8 %; the code grew from 114 to 156 KB): a row that one
-// entry alone adds into in its phase added with a plain read-modify-write instead of the
-// shared-memory atomic (a compare-and-swap loop), a warp's chunks placed by a vote where
-// no lane has more than one, and a head with constant q adding its last read's outputs
-// again while it has not written and no signal reaches its z.
+// listing warps' own steps are ~1 k; the adds after it are 0.4-1.5 k). Then, together
+// (−2.3 to −2.8 %, and no better with any one of them left out; the code grew from 114
+// to 156 KB): a row that one entry alone adds into in its phase added with a plain
+// read-modify-write instead of the shared-memory atomic (a compare-and-swap loop), a
+// warp's chunks placed by a vote where no lane has more than one, and a head with
+// constant q adding its last read's outputs again while it has not written and no signal
+// reaches its z.
 
 // The phases of the -DPROFILE cycle counts, per layer (MARK in chip_common.cuh, indexed
 // by the layer l being run).
