@@ -62,8 +62,9 @@ pub struct Neuron {
 
 impl Neuron {
     /// Whether the gate is open with no signal reaching the neuron (every signal it reads
-    /// 0, as on most passes): its constant is a decision, never within 1/2 of 0 (see
-    /// [`crate::contract::GATE_SCALE`]).
+    /// 0, as on most passes): the primitives scale every gate as a decision (a nominal
+    /// value never within 1/2 of 0, times [`crate::contract::GATE_SCALE`]), so its constant
+    /// is either open or shut, never in silu's curved region.
     pub fn open_at_rest(&self) -> bool {
         self.gate.constant > 0.0
     }
