@@ -33,6 +33,15 @@
 #   fib           fib inside the spliced checkpoint on CUDA
 #   sieve         tests/speed/sieve.c (31.5 M instructions) inside the spliced checkpoint
 #                 on CUDA, output vs golden's (fits the call's 590 s from ~65 k passes/s)
+#   saved         strings stopped after 5,000 instructions and saved (--save-state), then
+#                 continued by a fresh process (--resume): the two pieces' token streams
+#                 together vs the CPU engine's whole stream; the continued run --verify'd
+#   pieces        one piece of a program too long for one call (PIECES_PROGRAM, default
+#                 sieve): continues .gpu/state/NAME.state when carried, else boots; runs
+#                 PIECE_SECONDS (default 520) and saves to $OUT/NAME.state (carry it back
+#                 as .gpu/state/NAME.state for the next piece); $OUT/NAME.out.N holds
+#                 piece N's output (carry it back as .gpu/state/NAME.out.N); when the
+#                 program ends, all pieces' output together is compared with golden's
 #   batch         the ISA suite and every example as one batch on CUDA (inband run --batch
 #                 --verify: each compared with golden); hello's, strings' and int64's first
 #                 machines' token streams vs the CPU engine's single-stream ones; a batch
@@ -229,6 +238,37 @@ for section in "${SECTIONS[@]}"; do
         step 60 "${T[@]}" $B/inband run "${M[@]}" --batch --verify --stats --max-instructions 50000 $E/hello.elf \
             $E/runaway.elf $E/exit_code.elf $E/illegal_instruction.elf $E/misaligned_load.elf $E/upper.elf
         step 400 "${T[@]}" $B/inband bench "${M[@]:2}" --batch ${BATCH_MACHINES:-max} $E/hello.elf $E/strings.elf
+        ;;
+    saved)
+        S=(--engine chip --device cuda --chip "$W/pack")
+        [ -d "$W/spliced" ] && S=("${M[@]}")
+        rm -f "$W/strings.state"
+        # The first piece ends at its budget (status 67) with the machine saved.
+        step 60 bash -c '"$@"; [ $? -eq 67 ]' piece $B/inband run "${S[@]}" --max-instructions 5000 \
+            --save-state "$W/strings.state" --trace "$W/piece1.trace" $E/strings.elf
+        step 60 $B/inband run "${S[@]}" --resume "$W/strings.state" --stats --trace "$W/piece2.trace" $E/strings.elf
+        if cat "$W/piece1.trace" "$W/piece2.trace" | cmp -s - <(zcat .gpu/trace/strings.load.trace.gz); then
+            echo "   strings in two pieces: token stream identical to the CPU engine's whole run" >>"$LOG"
+        else
+            echo "   strings in two pieces: TOKEN STREAM DIFFERS from the CPU engine's whole run" >>"$LOG"
+        fi
+        step 60 $B/inband run "${S[@]}" --resume "$W/strings.state" --verify --stats $E/strings.elf
+        ;;
+    pieces)
+        P=${PIECES_PROGRAM:-sieve}
+        R=()
+        if [ -f .gpu/state/$P.state ]; then
+            R=(--resume .gpu/state/$P.state)
+        fi
+        n=$(ls .gpu/state/$P.out.* 2>/dev/null | wc -l)
+        step_to "$OUT/$P.out.$n" ${PIECE_SECONDS:-520} $B/inband run "${M[@]}" "${R[@]}" --stats \
+            --max-seconds $((${PIECE_SECONDS:-520} - 20)) --save-state "$OUT/$P.state" $E/$P.elf
+        if [ ! -f "$OUT/$P.state" ]; then
+            $B/inband run --engine golden $E/$P.elf >"$W/$P.golden" 2>/dev/null
+            cat .gpu/state/$P.out.* "$OUT/$P.out.$n" 2>/dev/null | cmp -s - "$W/$P.golden" &&
+                echo "   $P (all pieces): output identical to golden's" >>"$LOG" ||
+                echo "   $P (all pieces): OUTPUT DIFFERS from golden's" >>"$LOG"
+        fi
         ;;
     untouched)
         gunzip -c .gpu/bin/inband_exec.gz >"$W/inband_exec" && chmod +x "$W/inband_exec"

@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use inband_chip::rv32im::machine::ChipError;
+use inband_chip::rv32im::saved::SavedMachine;
 use inband_firmware::{BuildOptions, Flavor, Libc, Toolchain};
 use inband_golden::{Environment, Machine, RunEnd};
 use inband_host_runtime::session::{parse_seconds, SessionOptions, TextSession};
@@ -105,7 +106,7 @@ enum Command {
     #[command(after_help = "Exit status: the program's exit code, or\n  \
         65  the program could not be built or loaded\n  \
         66  the program trapped (illegal instruction, bad access, ecall, ebreak)\n  \
-        67  the instruction budget or --max-seconds ran out\n  \
+        67  the instruction budget or --max-seconds ran out (with --save-state, the machine is saved)\n  \
         68  (--verify) the chip and the golden reference disagreed\n\n\
         A program may itself exit with 65..68: then stderr has no `inband:` line. With\n\
         --stats the last line on stderr is always\n  \
@@ -114,7 +115,10 @@ enum Command {
         Examples:\n  inband run --engine golden --stats firmware/examples/euler10.c\n  \
         inband run --engine chip --model spliced --verify --stats firmware/examples/hello.c\n  \
         inband run --engine chip --chip pack firmware/examples/hello.c   (a pack from `weightgen --out pack`)\n  \
-        inband run --engine chip --chip pack --device cuda --batch --verify firmware/isa/*.S firmware/examples/*.c\n\n\
+        inband run --engine chip --chip pack --device cuda --batch --verify firmware/isa/*.S firmware/examples/*.c\n  \
+        inband run --engine chip --chip pack --device cuda --max-seconds 500 --save-state s.state tests/speed/sieve.c\n  \
+        inband run --engine chip --chip pack --device cuda --resume s.state --save-state s.state tests/speed/sieve.c\n    \
+        (a long program in pieces: each run continues the last where it stopped, pass for pass)\n\n\
         With --batch, every program runs at once, each in its own machine (its own state, the\n\
         chip's weights shared; on a GPU one launch steps them all). Each program's output is\n\
         printed after `== NAME`, then one line `-- NAME: exit 0, N instructions, M forward\n\
@@ -180,6 +184,18 @@ enum Command {
         /// (every boot token a forward pass, as a stock runner boots).
         #[arg(long, value_enum, default_value_t)]
         boot: vm::Boot,
+        /// (chip) If the run stops at --max-instructions or --max-seconds without ending,
+        /// save the machine to FILE (its whole chip state, console output and counts), so
+        /// that `--resume FILE` continues it exactly where it stopped.
+        #[arg(long, value_name = "FILE")]
+        save_state: Option<PathBuf>,
+        /// (chip) Continue the machine saved in FILE by --save-state: the same program, in
+        /// the same chip, on the same kind of device and kernel. Its earlier output is not
+        /// printed again; --max-instructions counts from the program's start; with
+        /// --verify, golden first runs up to that point, where the RAM, pc and output are
+        /// compared, then every instruction after it.
+        #[arg(long, value_name = "FILE", conflicts_with = "boot")]
+        resume: Option<PathBuf>,
         /// Toolchain folder holding bin/riscv64-unknown-elf-gcc (default: $INBAND_TOOLCHAIN or PATH).
         #[arg(long)]
         toolchain: Option<PathBuf>,
@@ -334,10 +350,16 @@ fn main() -> ExitCode {
             kernel,
             trace,
             boot,
+            save_state,
+            resume,
             toolchain,
         } => {
             if kernel != vm::CudaKernel::default() && device == vm::Device::Cpu {
                 report(KERNEL_WITHOUT_CUDA);
+                return ExitCode::from(status::BUILD_OR_LOAD_FAILED);
+            }
+            if batch && (save_state.is_some() || resume.is_some()) {
+                report("--save-state and --resume save and continue one machine: leave out --batch");
                 return ExitCode::from(status::BUILD_OR_LOAD_FAILED);
             }
             let device = device.with_kernel(kernel);
@@ -349,6 +371,8 @@ fn main() -> ExitCode {
                     (verify, "--verify"),
                     (boot != vm::Boot::default(), "--boot"),
                     (device != vm::Device::Cpu, "--device"),
+                    (save_state.is_some(), "--save-state"),
+                    (resume.is_some(), "--resume"),
                 ];
                 if let Some((_, flag)) = chip_only.iter().find(|(given, _)| *given) {
                     report(format!(
@@ -404,6 +428,8 @@ fn main() -> ExitCode {
                         verify,
                         trace: trace.as_deref(),
                         boot,
+                        save_state: save_state.as_deref(),
+                        resume: resume.as_deref(),
                     };
                     run_chip(&image, &source, device, limits, flags)
                 }
@@ -585,12 +611,26 @@ fn run_batch(
     }
 }
 
+/// Why a machine could not be saved at `path` (checked before a long run, not after it).
+fn unsaveable(path: &std::path::Path) -> Option<String> {
+    let folder = path.parent().filter(|p| !p.as_os_str().is_empty());
+    if path.is_dir() {
+        Some(format!("--save-state {}: a folder; give a file", path.display()))
+    } else if folder.is_some_and(|f| !f.is_dir()) {
+        Some(format!("--save-state {}: its folder does not exist", path.display()))
+    } else {
+        None
+    }
+}
+
 /// How `run --engine chip` runs and reports.
 struct ChipRunFlags<'a> {
     stats: bool,
     verify: bool,
     trace: Option<&'a std::path::Path>,
     boot: vm::Boot,
+    save_state: Option<&'a std::path::Path>,
+    resume: Option<&'a std::path::Path>,
 }
 
 fn run_chip(
@@ -605,7 +645,20 @@ fn run_chip(
         verify,
         trace,
         boot,
+        save_state,
+        resume,
     } = flags;
+    if let Some(why) = save_state.and_then(unsaveable) {
+        report(why);
+        return ExitCode::from(status::BUILD_OR_LOAD_FAILED);
+    }
+    let saved = match resume.map(SavedMachine::read).transpose() {
+        Ok(saved) => saved,
+        Err(e) => {
+            report(e);
+            return ExitCode::from(status::BUILD_OR_LOAD_FAILED);
+        }
+    };
     let opening = Instant::now();
     let chip = match source.open() {
         Ok(chip) => chip,
@@ -615,8 +668,15 @@ fn run_chip(
         }
     };
     let open_seconds = opening.elapsed().as_secs_f64();
+    let plan = vm::RunPlan {
+        start: saved.as_ref().map_or(vm::Start::Boot(boot), vm::Start::Resume),
+        limits,
+        verify,
+        trace,
+        save_state,
+    };
     let mut stdout = std::io::stdout().lock();
-    let run = match vm::run(&chip, device, image, boot, limits, verify, trace, &mut stdout) {
+    let run = match vm::run_plan(&chip, device, image, &plan, &mut stdout) {
         Ok(run) => run,
         Err(e @ (ChipError::Mismatch { .. } | ChipError::MismatchAt { .. })) => {
             eprintln!("inband: {e}");
@@ -637,6 +697,13 @@ fn run_chip(
     } else {
         end_status(run.end, limits.instructions)
     };
+    if let (true, Some(path)) = (run.saved, save_state) {
+        report(format!(
+            "the machine is saved in {}: continue it with --resume {}",
+            path.display(),
+            path.display()
+        ));
+    }
     if stats {
         let c = run.counts;
         eprintln!(
@@ -644,31 +711,43 @@ fn run_chip(
             run.engine_seconds,
             chip.layer_count()
         );
-        eprintln!(
-            "boot ({}): {} forward passes in {:.3} s; run: {:.3} forward passes per instruction{}",
-            match boot {
-                vm::Boot::Load => "state loaded",
-                vm::Boot::Prefill => "prefill",
-            },
-            c.boot_passes,
-            run.boot_seconds,
-            c.passes as f64 / c.retired.max(1) as f64,
-            if verify {
-                ", every instruction verified against golden"
-            } else {
-                ""
+        let start = match (&saved, boot) {
+            (Some(s), _) => format!(
+                "resumed after {} instructions and {} forward passes (its boot: {}) in {:.3} s",
+                s.host.counts.retired, s.host.counts.passes, c.boot_passes, run.boot_seconds
+            ),
+            (None, vm::Boot::Load) => {
+                format!(
+                    "boot (state loaded): {} forward passes in {:.3} s",
+                    c.boot_passes, run.boot_seconds
+                )
             }
+            (None, vm::Boot::Prefill) => format!(
+                "boot (prefill): {} forward passes in {:.3} s",
+                c.boot_passes, run.boot_seconds
+            ),
+        };
+        let verified = match (verify, &saved) {
+            (false, _) => "",
+            (true, None) => ", every instruction verified against golden",
+            (true, Some(_)) => ", every instruction since the resume verified against golden (RAM and pc there)",
+        };
+        eprintln!(
+            "{start}; run: {:.3} forward passes per instruction{verified}",
+            c.passes as f64 / c.retired.max(1) as f64
         );
         eprintln!("passes by cause: {}", c.breakdown());
         eprintln!(
             "passes by instruction class (per instruction, fewest–most, how many): {}",
             c.class_breakdown()
         );
+        // A continued machine's counts are the whole program's; its speed is this run's.
+        let earlier = saved.as_ref().map_or(0, |s| s.host.counts.passes);
         eprintln!(
             "stats: instructions={} forward_passes={} steps_per_s={:.0} exit={}",
             c.retired,
             c.passes,
-            c.passes as f64 / run.run_seconds.max(1e-9),
+            (c.passes - earlier) as f64 / run.run_seconds.max(1e-9),
             exit_text
         );
     }

@@ -10,6 +10,7 @@ use std::time::Instant;
 use inband_chip::engine::{Trace, Traced};
 use inband_chip::rv32im::load::BootLoader;
 use inband_chip::rv32im::machine::{ChipError, ChipMachine, RunCounts};
+use inband_chip::rv32im::saved::SavedMachine;
 use inband_chip::{ChipModel, ChipRunner, PassEngine};
 use inband_firmware::ProgramImage;
 use inband_golden::{Environment, Machine, RunEnd};
@@ -119,6 +120,8 @@ pub struct VmRun {
     pub engine_seconds: f64,
     /// The run was stopped by its wall-clock limit.
     pub timed_out: bool,
+    /// The machine was saved where it stopped ([`RunPlan::save_state`]).
+    pub saved: bool,
 }
 
 /// Instructions between console flushes and wall-clock checks on the chip: about a
@@ -182,7 +185,8 @@ pub fn stream<M: Streamed>(
     out: &mut dyn Write,
 ) -> Result<(RunEnd, bool), M::Error> {
     let start = Instant::now();
-    let mut printed = 0;
+    // A continued machine printed its earlier output in the run that saved it.
+    let mut printed = machine.console().len();
     loop {
         let remaining = limits.instructions - machine.retired();
         let result = machine.run_for(remaining.min(chunk));
@@ -217,6 +221,29 @@ impl Limits {
             wall: None,
         }
     }
+}
+
+/// How a chip run starts: a program booted, or a saved machine continued.
+#[derive(Debug, Clone, Copy)]
+pub enum Start<'s> {
+    Boot(Boot),
+    /// A machine saved by an earlier run of the same program in the same chip (the
+    /// engine must have the layout that saved it: the same device kind and kernel).
+    Resume(&'s SavedMachine),
+}
+
+/// What a chip run does, beside the program it runs.
+#[derive(Debug, Clone, Copy)]
+pub struct RunPlan<'p> {
+    pub start: Start<'p>,
+    pub limits: Limits,
+    /// Check every retired instruction against the golden reference (a continued run is
+    /// first checked whole: golden runs the instructions before it, at its own speed).
+    pub verify: bool,
+    /// Where to write the passes' token ids (see [`run`]).
+    pub trace: Option<&'p Path>,
+    /// Where to save the machine if the run stops at a limit without ending.
+    pub save_state: Option<&'p Path>,
 }
 
 /// How a program gets into the chip.
@@ -279,13 +306,26 @@ impl<'a> Vm<'a> {
         trace: Option<&Path>,
         out: &mut dyn Write,
     ) -> Result<VmRun, ChipError> {
+        let plan = RunPlan {
+            start: Start::Boot(boot),
+            limits,
+            verify,
+            trace,
+            save_state: None,
+        };
+        self.run_plan(image, &plan, out)
+    }
+
+    /// Runs `image` as `plan` says (see [`run`]), saving the machine where a limit stops
+    /// it when the plan names a file.
+    pub fn run_plan(&mut self, image: &ProgramImage, plan: &RunPlan, out: &mut dyn Write) -> Result<VmRun, ChipError> {
         let start = Instant::now();
-        if boot == Boot::Load {
+        if matches!(plan.start, Start::Boot(Boot::Load)) {
             self.loader()?;
         }
         let recorded = Trace::default();
         let lent: Box<dyn PassEngine + '_> = Box::new(&mut *self.engine);
-        let engine: Box<dyn PassEngine + '_> = match trace {
+        let engine: Box<dyn PassEngine + '_> = match plan.trace {
             Some(_) => Box::new(Traced {
                 inner: lent,
                 tokens: self.chip.spec.tokens.clone(),
@@ -293,32 +333,44 @@ impl<'a> Vm<'a> {
             }),
             None => lent,
         };
-        let mut machine = match boot {
-            Boot::Load => {
+        let mut machine = match plan.start {
+            Start::Boot(Boot::Load) => {
                 let loader = self.loader.as_mut().expect("made before the engine was lent");
                 ChipMachine::load_on(self.chip, engine, image, loader)?
             }
-            Boot::Prefill => {
+            Start::Boot(Boot::Prefill) => {
                 let mut engine = engine;
                 engine.load_state(&[])?;
                 ChipMachine::boot_on(self.chip, engine, image)?
             }
+            Start::Resume(saved) => ChipMachine::resume_on(self.chip, engine, image, saved)?,
         };
         let boot_seconds = start.elapsed().as_secs_f64();
-        let golden = verify.then(|| Machine::new(image, Environment::BareMetal));
+        let golden = match (plan.verify, plan.start) {
+            (false, _) => None,
+            (true, Start::Boot(_)) => Some(Machine::new(image, Environment::BareMetal)),
+            (true, Start::Resume(saved)) => Some(golden_at(image, saved, &machine)?),
+        };
         let start = Instant::now();
         let mut checked = Checked {
             machine: &mut machine,
             golden,
         };
-        let (end, timed_out) = stream(&mut checked, limits, CHIP_CHUNK, out)?;
+        let (end, timed_out) = stream(&mut checked, plan.limits, CHIP_CHUNK, out)?;
         let run_seconds = start.elapsed().as_secs_f64();
-        if let Some(path) = trace {
+        if let Some(path) = plan.trace {
             write_trace(path, &recorded.borrow()).map_err(|source| ChipError::Output {
                 path: path.to_path_buf(),
                 source,
             })?;
         }
+        let saved = match (end, plan.save_state) {
+            (RunEnd::BudgetExhausted { pc }, Some(path)) => {
+                machine.save(pc)?.write(path)?;
+                true
+            }
+            _ => false,
+        };
         Ok(VmRun {
             end,
             counts: machine.counts,
@@ -326,8 +378,27 @@ impl<'a> Vm<'a> {
             boot_seconds,
             engine_seconds: self.engine_seconds,
             timed_out,
+            saved,
         })
     }
+}
+
+/// Golden, run up to where `saved` stopped, after checking the continued `machine`
+/// against it there (pc, console and all of RAM; see [`ChipMachine::check_resumed`]).
+fn golden_at(image: &ProgramImage, saved: &SavedMachine, machine: &ChipMachine) -> Result<Machine, ChipError> {
+    let mut golden = Machine::new(image, Environment::BareMetal);
+    let retired = saved.host.counts.retired;
+    match golden.run(retired) {
+        RunEnd::BudgetExhausted { .. } => {}
+        end => {
+            return Err(ChipError::Mismatch {
+                retired,
+                diff: format!("golden ended ({end:?}) before the saved machine's point"),
+            })
+        }
+    }
+    machine.check_resumed(&golden, saved.next_pc)?;
+    Ok(golden)
 }
 
 /// Boots `image` in `chip` on `device` by `boot` and runs it within `limits` (a run
@@ -348,4 +419,15 @@ pub fn run(
     out: &mut dyn Write,
 ) -> Result<VmRun, ChipError> {
     Vm::new(chip, device)?.run(image, boot, limits, verify, trace, out)
+}
+
+/// Runs `image` in `chip` on `device` as `plan` says (see [`run`] and [`RunPlan`]).
+pub fn run_plan(
+    chip: &ChipModel,
+    device: Device,
+    image: &ProgramImage,
+    plan: &RunPlan,
+    out: &mut dyn Write,
+) -> Result<VmRun, ChipError> {
+    Vm::new(chip, device)?.run_plan(image, plan, out)
 }

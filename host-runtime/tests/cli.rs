@@ -228,12 +228,47 @@ fn chip_only_flags_are_refused_with_the_golden_engine() {
         &["--verify"],
         &["--device", "cuda"],
         &["--boot", "prefill"],
+        &["--save-state", "s"],
+        &["--resume", "s"],
     ] {
         let mut args = vec!["run", "--engine", "golden"];
         args.extend_from_slice(flags);
         args.push(p.to_str().unwrap());
         expect_failure(&args, status::BUILD_OR_LOAD_FAILED, "applies to --engine chip");
     }
+}
+
+#[test]
+fn saved_machines_that_cannot_be_continued_are_refused_in_one_line() {
+    let p = program("exit_code.c");
+    let dir = tempfile::tempdir().unwrap();
+    let (missing, garbage) = (dir.path().join("missing.state"), dir.path().join("garbage.state"));
+    std::fs::write(&garbage, b"not a saved machine").unwrap();
+    let nowhere = dir.path().join("no folder").join("s.state");
+    let folder = dir.path().to_path_buf();
+    for (flag, state, needle) in [
+        ("--resume", &missing, "No such file"),
+        ("--resume", &garbage, "not a safetensors file"),
+        ("--save-state", &folder, "a folder"),
+        ("--save-state", &nowhere, "does not exist"),
+    ] {
+        let chip = ["run", "--engine", "chip", "--chip", "no-pack"];
+        let args = [&chip[..], &[flag, state.to_str().unwrap(), p.to_str().unwrap()]].concat();
+        expect_failure(&args, status::BUILD_OR_LOAD_FAILED, needle);
+    }
+    expect_failure(
+        &[
+            "run",
+            "--engine",
+            "chip",
+            "--batch",
+            "--save-state",
+            "s",
+            p.to_str().unwrap(),
+        ],
+        status::BUILD_OR_LOAD_FAILED,
+        "leave out --batch",
+    );
 }
 
 #[test]

@@ -38,6 +38,49 @@ pub trait PassEngine {
     fn lookahead(&self) -> usize {
         1
     }
+    /// The machine's whole state (every GDN and conv state, and whatever else the engine
+    /// carries from one pass to the next), to be written back by [`Self::restore_state`]:
+    /// a long run saved and continued later.
+    fn save_state(&self) -> anyhow::Result<EngineState> {
+        anyhow::bail!("this engine cannot save a machine's state")
+    }
+    /// Makes the machine's state `state` (saved by an engine of the same layout).
+    fn restore_state(&mut self, _state: &EngineState) -> anyhow::Result<()> {
+        anyhow::bail!("this engine cannot restore a machine's state")
+    }
+}
+
+/// A machine's state as an engine holds it ([`PassEngine::save_state`]): arrays by name,
+/// exactly as the engine keeps them, so writing them back continues the run bit for bit.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EngineState {
+    /// Which engine saved it and how its arrays are laid out; a state is written back
+    /// only into an engine that gives the same text.
+    pub layout: String,
+    pub floats: Vec<(String, Vec<f32>)>,
+    pub words: Vec<(String, Vec<u32>)>,
+}
+
+impl EngineState {
+    /// The float array `name`, with `len` entries.
+    pub fn floats(&self, name: &str, len: usize) -> anyhow::Result<&[f32]> {
+        array(&self.floats, name, len)
+    }
+
+    /// The word array `name`, with `len` entries.
+    pub fn words(&self, name: &str, len: usize) -> anyhow::Result<&[u32]> {
+        array(&self.words, name, len)
+    }
+
+    /// Refuses a state saved by an engine laid out otherwise than `layout`.
+    pub fn check_layout(&self, layout: &str) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            self.layout == layout,
+            "the state was saved by another engine ({}); this one is {layout}",
+            self.layout
+        );
+        Ok(())
+    }
 }
 
 /// An engine lent out (to a machine that owns its engine for one run) stays the lender's.
@@ -53,6 +96,12 @@ impl<E: PassEngine + ?Sized> PassEngine for &mut E {
     }
     fn lookahead(&self) -> usize {
         (**self).lookahead()
+    }
+    fn save_state(&self) -> anyhow::Result<EngineState> {
+        (**self).save_state()
+    }
+    fn restore_state(&mut self, state: &EngineState) -> anyhow::Result<()> {
+        (**self).restore_state(state)
     }
 }
 
@@ -78,6 +127,19 @@ pub trait BatchEngine {
     fn load_slot(&mut self, slot: usize, rows: &[MemoryRow]) -> anyhow::Result<()>;
     /// Runs one round: the tokens each work item's passes chose, in `work`'s order.
     fn round(&mut self, work: &[SlotWork]) -> anyhow::Result<Vec<Vec<ChipToken>>>;
+}
+
+/// Array `name` of `arrays`, which must have `len` entries.
+fn array<'s, T>(arrays: &'s [(String, Vec<T>)], name: &str, len: usize) -> anyhow::Result<&'s [T]> {
+    let (_, v) = (arrays.iter())
+        .find(|(n, _)| n == name)
+        .ok_or_else(|| anyhow::anyhow!("the saved state has no array {name}"))?;
+    anyhow::ensure!(
+        v.len() == len,
+        "the saved array {name} has {} entries, not {len}",
+        v.len()
+    );
+    Ok(v)
 }
 
 /// A batch of single-machine engines stepped one after the other (the CPU's batch: the
@@ -145,6 +207,14 @@ impl PassEngine for Traced<'_> {
 
     fn lookahead(&self) -> usize {
         self.inner.lookahead()
+    }
+
+    fn save_state(&self) -> anyhow::Result<EngineState> {
+        self.inner.save_state()
+    }
+
+    fn restore_state(&mut self, state: &EngineState) -> anyhow::Result<()> {
+        self.inner.restore_state(state)
     }
 }
 
@@ -367,6 +437,61 @@ impl<'a> ChipRunner<'a> {
     }
 }
 
+impl ChipRunner<'_> {
+    /// The layout [`Self::save_state`] writes: the sparse path's GDN states, one machine.
+    fn state_layout(&self) -> String {
+        let c = &self.model.config;
+        format!(
+            "cpu: {} layers of conv {} and recurrent {} floats",
+            self.model.layer_count(),
+            (c.linear_conv_kernel_dim - 1) * c.conv_dim(),
+            c.linear_num_value_heads * c.linear_key_head_dim * c.linear_value_head_dim
+        )
+    }
+
+    /// Machine 0's GDN states (conv and recurrent, every layer).
+    pub fn save_state(&self) -> anyhow::Result<EngineState> {
+        let Engine::Sparse { states, .. } = &self.engine else {
+            anyhow::bail!("saving a machine's state needs the sparse path of the layer math")
+        };
+        anyhow::ensure!(self.batch == 1, "a saved state is one machine's, not a batch's");
+        let mut floats = Vec::new();
+        for (l, state) in states[0].iter().enumerate() {
+            floats.push((format!("layer.{l}.conv"), state.conv.clone()));
+            floats.push((format!("layer.{l}.recurrent"), state.recurrent.clone()));
+        }
+        Ok(EngineState {
+            layout: self.state_layout(),
+            floats,
+            words: Vec::new(),
+        })
+    }
+
+    /// Writes `state` (from [`Self::save_state`] of the same chip) into machine 0.
+    pub fn restore_state(&mut self, state: &EngineState) -> anyhow::Result<()> {
+        state.check_layout(&self.state_layout())?;
+        let Engine::Sparse { states, dirty, .. } = &mut self.engine else {
+            anyhow::bail!("restoring a machine's state needs the sparse path of the layer math")
+        };
+        // Every array checked before any is written: a bad file leaves the machine as it was.
+        let saved = (states[0].iter().enumerate())
+            .map(|(l, layer)| {
+                Ok((
+                    state.floats(&format!("layer.{l}.conv"), layer.conv.len())?,
+                    state.floats(&format!("layer.{l}.recurrent"), layer.recurrent.len())?,
+                ))
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        for ((layer, dirty), (conv, recurrent)) in states[0].iter_mut().zip(dirty[0].iter_mut()).zip(saved) {
+            layer.conv.copy_from_slice(conv);
+            layer.recurrent.copy_from_slice(recurrent);
+            dirty.all = true;
+        }
+        self.hidden.clear();
+        Ok(())
+    }
+}
+
 /// The GDN state rows of one layer that may hold nonzeros, so a reset clears only those
 /// (a whole state is a megabyte per layer at the 0.8b shape; a boot writes a few hundred
 /// rows).
@@ -437,5 +562,13 @@ impl PassEngine for ChipRunner<'_> {
 
     fn load_state(&mut self, rows: &[MemoryRow]) -> anyhow::Result<()> {
         ChipRunner::load_state(self, rows)
+    }
+
+    fn save_state(&self) -> anyhow::Result<EngineState> {
+        ChipRunner::save_state(self)
+    }
+
+    fn restore_state(&mut self, state: &EngineState) -> anyhow::Result<()> {
+        ChipRunner::restore_state(self, state)
     }
 }

@@ -43,6 +43,15 @@ pub struct TensorFiles {
     pub shard_of: BTreeMap<String, String>,
     /// Whether the folder had an index (sharded) or a single model.safetensors.
     pub indexed: bool,
+    /// The files' `__metadata__` (string to string; a key in two shards: the later one's).
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// One file's header: its tensors and its `__metadata__`.
+struct Header {
+    file: File,
+    entries: Vec<(String, TensorEntry)>,
+    metadata: BTreeMap<String, String>,
 }
 
 fn parse_dtype(s: &str) -> Option<Dtype> {
@@ -74,7 +83,7 @@ fn invalid(path: &Path, message: impl Into<String>) -> ReadError {
 }
 
 /// Parses one shard's header, checking that the file holds every byte it promises.
-fn read_header(path: &Path, file_index: usize) -> Result<(File, Vec<(String, TensorEntry)>), ReadError> {
+fn read_header(path: &Path, file_index: usize) -> Result<Header, ReadError> {
     let file = File::open(path).map_err(|source| ReadError::Io {
         path: path.to_path_buf(),
         source,
@@ -108,8 +117,18 @@ fn read_header(path: &Path, file_index: usize) -> Result<(File, Vec<(String, Ten
         .ok_or_else(|| invalid(path, "header is not a JSON object"))?;
     let data_start = 8 + header_len;
     let mut out = Vec::new();
+    let mut metadata = BTreeMap::new();
     for (name, v) in map {
         if name == "__metadata__" {
+            let pairs = v
+                .as_object()
+                .ok_or_else(|| invalid(path, "__metadata__ is not a JSON object"))?;
+            for (key, value) in pairs {
+                let value = value
+                    .as_str()
+                    .ok_or_else(|| invalid(path, format!("__metadata__ entry {key} is not a string")))?;
+                metadata.insert(key.clone(), value.to_string());
+            }
             continue;
         }
         let bad = || invalid(path, format!("tensor {name}: malformed header entry"));
@@ -166,7 +185,11 @@ fn read_header(path: &Path, file_index: usize) -> Result<(File, Vec<(String, Ten
         ));
     }
     check_layout(path, &out, data_start, size)?;
-    Ok((file, out))
+    Ok(Header {
+        file,
+        entries: out,
+        metadata,
+    })
 }
 
 /// The data section must be the tensors laid end to end: no two tensors share a byte,
@@ -220,9 +243,15 @@ impl TensorFiles {
         let mut files = Vec::new();
         let mut tensors = BTreeMap::new();
         let mut shard_of = BTreeMap::new();
+        let mut metadata = BTreeMap::new();
         for (i, name) in names.iter().enumerate() {
             let path = dir.join(name);
-            let (file, entries) = read_header(&path, i)?;
+            let Header {
+                file,
+                entries,
+                metadata: shard_metadata,
+            } = read_header(&path, i)?;
+            metadata.extend(shard_metadata);
             for (n, e) in entries {
                 shard_of.insert(n.clone(), name.clone());
                 if tensors.insert(n.clone(), e).is_some() {
@@ -236,12 +265,17 @@ impl TensorFiles {
             tensors,
             shard_of,
             indexed,
+            metadata,
         })
     }
 
     /// Opens one safetensors file (a chip pack's chip.safetensors, the saved base norms).
     pub fn open_single(path: &Path) -> Result<Self, ReadError> {
-        let (file, entries) = read_header(path, 0)?;
+        let Header {
+            file,
+            entries,
+            metadata,
+        } = read_header(path, 0)?;
         let name = path
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
@@ -252,6 +286,7 @@ impl TensorFiles {
             tensors: entries.into_iter().collect(),
             shard_of,
             indexed: false,
+            metadata,
         })
     }
 

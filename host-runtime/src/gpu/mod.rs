@@ -18,6 +18,7 @@ use cudarc::driver::{
     CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg,
 };
 use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
+use inband_chip::engine::EngineState;
 use inband_chip::{BatchEngine, ChipLayers, ChipModel, ChipSpec, ChipToken, MemoryRow, PassEngine, SlotWork};
 use inband_qwen35::sparse::SparseLayer;
 
@@ -211,6 +212,7 @@ pub struct GpuChip {
     /// Machines (blocks of `threads`) it holds.
     slots: usize,
     threads: u32,
+    kernel: Kernel,
     /// The boot images loaded last (see [`GpuChip::load_machine`]).
     images: Vec<BootImage>,
     tokens: inband_chip::TokenSpec,
@@ -496,6 +498,7 @@ impl GpuChip {
             outputs: stream.alloc_zeros::<u32>(LOOKAHEAD.max(8192))?,
             slots,
             threads,
+            kernel,
             images: Vec::new(),
             entries,
             stream,
@@ -766,5 +769,38 @@ impl PassEngine for GpuChip {
 
     fn lookahead(&self) -> usize {
         LOOKAHEAD
+    }
+
+    /// Machine 0's state floats and control words, as the kernel keeps them.
+    fn save_state(&self) -> anyhow::Result<EngineState> {
+        Ok(EngineState {
+            layout: self.state_layout(),
+            floats: vec![(
+                "state".to_string(),
+                self.stream.clone_dtoh(&self.s.slice(0..self.state_floats))?,
+            )],
+            words: vec![("control".to_string(), self.stream.clone_dtoh(&self.ctl.slice(0..4))?)],
+        })
+    }
+
+    fn restore_state(&mut self, state: &EngineState) -> anyhow::Result<()> {
+        state.check_layout(&self.state_layout())?;
+        let floats = state.floats("state", self.state_floats)?;
+        let words = state.words("control", 4)?;
+        self.stream
+            .memcpy_htod(floats, &mut self.s.slice_mut(0..self.state_floats))?;
+        self.stream.memcpy_htod(words, &mut self.ctl.slice_mut(0..4))?;
+        Ok(())
+    }
+}
+
+impl GpuChip {
+    /// The layout [`PassEngine::save_state`] writes: one machine's state floats (where
+    /// each layer's GDN state starts) and its four control words, for this kernel.
+    fn state_layout(&self) -> String {
+        format!(
+            "cuda, {:?} kernel: {} state floats, GDN states at {:?}, 4 control words",
+            self.kernel, self.state_floats, self.recurrent
+        )
     }
 }

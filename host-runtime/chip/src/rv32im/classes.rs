@@ -86,7 +86,7 @@ impl InstructionClass {
 }
 
 /// The passes the retired instructions of one class took.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ClassPasses {
     /// Instructions retired.
     pub count: u64,

@@ -13,6 +13,7 @@ use thiserror::Error;
 
 use super::classes::{ClassPasses, InstructionClass};
 use super::load::BootLoader;
+use super::saved::{program_digest, HostPlace, SavedMachine};
 use super::tokens::{
     kind, nibble, row_digits, row_of, token, CAUSE_EXIT, LINE_WORDS, NEXT_ROW, REBASE, ROM_ROWS, ROW_PIECES, ROW_SLOTS,
 };
@@ -37,6 +38,10 @@ pub enum ChipError {
     Entry(u32),
     #[error("the chip emitted {token:?} where the host expected {expected}")]
     Protocol { token: ChipToken, expected: &'static str },
+    #[error("cannot continue the saved machine: {0}")]
+    Resume(String),
+    #[error(transparent)]
+    Saved(#[from] super::saved::SaveError),
     #[error("mismatch with the golden reference after {retired} retired instructions:\n{diff}")]
     Mismatch { retired: u64, diff: String },
     #[error("mismatch with the golden reference at instruction {retired}, pc {pc:#010x} ({instruction}):\n{diff}")]
@@ -305,7 +310,7 @@ impl PassCause {
 }
 
 /// Counts and timing of a run.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RunCounts {
     /// Architectural instructions retired (a division counts once).
     pub retired: u64,
@@ -464,6 +469,97 @@ impl<'a> ChipMachine<'a> {
                 ..Default::default()
             },
         })
+    }
+
+    /// The machine as it stands between two instructions (after a run stopped at its
+    /// budget), whose next instruction is at `next_pc`, for [`Self::resume_on`].
+    pub fn save(&self, next_pc: u32) -> Result<SavedMachine, ChipError> {
+        let tokens = &self.model.spec.tokens;
+        let id = |t: &ChipToken| tokens.encode(t) as u32;
+        Ok(SavedMachine {
+            chip: self.identity()?,
+            program: program_digest(&self.image),
+            next_pc,
+            host: HostPlace {
+                next: id(&self.next),
+                ahead: self.ahead.iter().map(id).collect(),
+                base_row: self.base_row,
+                row_moved: self.row_moved,
+                in_millicode: self.in_millicode,
+                in_fill: self.in_fill,
+                in_flight: self.in_flight,
+                started_at: self.started_at,
+                counts: self.counts,
+            },
+            console: self.console.clone(),
+            engine: self.runner.save_state()?,
+        })
+    }
+
+    /// Continues `saved` (the same program `image` in the same chip) on `runner`, an
+    /// engine of the layout that saved it: its state is written back and the host
+    /// stands where it stood, so the run goes on pass for pass as if never stopped.
+    pub fn resume_on(
+        model: &'a ChipModel,
+        mut runner: Box<dyn PassEngine + 'a>,
+        image: &ProgramImage,
+        saved: &SavedMachine,
+    ) -> Result<Self, ChipError> {
+        let refuse = |what: &str| Err(ChipError::Resume(what.to_string()));
+        let tokens = &model.spec.tokens;
+        let decode = |id: &u32| {
+            tokens
+                .decode(*id as usize)
+                .ok_or_else(|| ChipError::Resume(format!("token id {id} is not in this chip's vocabulary")))
+        };
+        let h = &saved.host;
+        let mut machine = Self::booted(model, Box::new(Unfed), image, decode(&h.next)?, 0)?;
+        if saved.chip != machine.identity()? {
+            return refuse("it was saved by another chip (its identity differs from this chip's)");
+        }
+        if saved.program != program_digest(image) {
+            return refuse("it was saved running another program (or another build of this one)");
+        }
+        if h.base_row >= ROM_ROWS || h.in_flight.is_some_and(|pc| !(ROM_BASE..ROM_END).contains(&pc)) {
+            return refuse("its place in the ROM is outside the ROM");
+        }
+        machine.ahead = h.ahead.iter().map(decode).collect::<Result<_, _>>()?;
+        (machine.base_row, machine.row_moved) = (h.base_row, h.row_moved);
+        (machine.in_millicode, machine.in_fill) = (h.in_millicode, h.in_fill);
+        (machine.in_flight, machine.started_at) = (h.in_flight, h.started_at);
+        machine.counts = h.counts;
+        machine.console = saved.console.clone();
+        runner
+            .restore_state(&saved.engine)
+            .map_err(|e| ChipError::Resume(e.to_string()))?;
+        machine.runner = runner;
+        Ok(machine)
+    }
+
+    /// The chip's identity, which a saved machine names.
+    fn identity(&self) -> Result<String, ChipError> {
+        (self.model.manifest.identity())
+            .map(str::to_string)
+            .ok_or_else(|| ChipError::Resume("the chip's manifest gives no identity (no tensors file)".to_string()))
+    }
+
+    /// Compares pc (`pc`: the next instruction's), console and all of RAM with `golden`
+    /// (which has retired as many instructions): where a continued run is checked first.
+    /// Not the registers: the last instruction's register write rides on the token that
+    /// starts the next one, which the machine has not consumed yet; the check of every
+    /// register at the next retirement covers it.
+    pub fn check_resumed(&self, golden: &Machine, pc: u32) -> Result<(), ChipError> {
+        let mismatch = |diff: String| ChipError::Mismatch {
+            retired: self.counts.retired,
+            diff,
+        };
+        if golden.pc != pc {
+            return Err(mismatch(format!("pc: golden {:#010x}, chip {pc:#010x}", golden.pc)));
+        }
+        if golden.console != self.console {
+            return Err(mismatch("the saved console output is not golden's".to_string()));
+        }
+        self.compare_lines(golden, 0..(RAM_SIZE as usize) / (4 * LINE_WORDS))
     }
 
     fn pc_of(row: usize, slot: usize) -> u32 {
@@ -784,6 +880,11 @@ impl<'a> ChipMachine<'a> {
         } else {
             return Ok(());
         };
+        self.compare_lines(g, lines)
+    }
+
+    /// Compares RAM lines `lines` with golden's.
+    fn compare_lines(&self, g: &Machine, lines: Range<usize>) -> Result<(), ChipError> {
         let ram = g.ram();
         for (line, have) in lines.clone().zip(self.ram_lines(lines)?) {
             for (k, have) in have.into_iter().enumerate() {

@@ -1,12 +1,14 @@
 //! The RV32IM chip's side of the interface: its token format ([`tokens`]), where its
 //! architectural state lives ([`Rv32Map`], carried in the pack manifest) and the host
 //! protocol that boots programs, feeds tokens back and reads state out ([`machine`]),
-//! many programs at once ([`batch`]), the passes each instruction class took ([`classes`]).
+//! many programs at once ([`batch`]), the passes each instruction class took ([`classes`]),
+//! a running machine saved and continued later ([`saved`]).
 
 pub mod batch;
 pub mod classes;
 pub mod load;
 pub mod machine;
+pub mod saved;
 pub mod tokens;
 
 use serde::{Deserialize, Serialize};
