@@ -27,6 +27,8 @@ for p in firmware/examples/*.c firmware/isa/*.S tests/kernels/*.c tests/division
     name=$(basename "$p"); name=${name%.*}
     .gpu/bin/inband build "$p" -o ".gpu/elf/$name.elf"
 done
+# The sieve's ten-million-instruction size (the primes below 700,000).
+.gpu/bin/inband build -DN=700000u tests/speed/sieve.c -o .gpu/elf/sieve700k.elf
 # The compiler: gcc's driver, cc1, collect2, its own headers and rv32im libgcc, as and
 # ld, and the shared libraries they need, laid out as gcc expects relative to itself.
 gcc=$(command -v riscv64-unknown-elf-gcc)

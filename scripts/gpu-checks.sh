@@ -37,11 +37,12 @@
 #                 continued by a fresh process (--resume): the two pieces' token streams
 #                 together vs the CPU engine's whole stream; the continued run --verify'd
 #   pieces        one piece of a program too long for one call (PIECES_PROGRAM, default
-#                 sieve): continues .gpu/state/NAME.state when carried, else boots; runs
-#                 PIECE_SECONDS (default 520) and saves to $OUT/NAME.state (carry it back
-#                 as .gpu/state/NAME.state for the next piece); $OUT/NAME.out.N holds
-#                 piece N's output (carry it back as .gpu/state/NAME.out.N); when the
-#                 program ends, all pieces' output together is compared with golden's
+#                 sieve700k: the primes below 700,000, 10.8 M instructions): continues
+#                 .gpu/state/NAME.state when carried, else boots; runs PIECE_SECONDS
+#                 (default 520) and saves to $OUT/NAME.state (carry it back as
+#                 .gpu/state/NAME.state for the next piece); $OUT/NAME.out.N holds piece
+#                 N's output (carry it back as .gpu/state/NAME.out.N); when the program
+#                 ends, all pieces' output together is compared with golden's
 #   batch         the ISA suite and every example as one batch on CUDA (inband run --batch
 #                 --verify: each compared with golden); hello's, strings' and int64's first
 #                 machines' token streams vs the CPU engine's single-stream ones; a batch
@@ -255,7 +256,7 @@ for section in "${SECTIONS[@]}"; do
         step 60 $B/inband run "${S[@]}" --resume "$W/strings.state" --verify --stats $E/strings.elf
         ;;
     pieces)
-        P=${PIECES_PROGRAM:-sieve}
+        P=${PIECES_PROGRAM:-sieve700k}
         R=()
         if [ -f .gpu/state/$P.state ]; then
             R=(--resume .gpu/state/$P.state)

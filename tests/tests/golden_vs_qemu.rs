@@ -186,3 +186,21 @@ fn sieve_sums_the_primes_below_two_million() {
     assert!(qemu.status.success(), "qemu: {:?}", qemu.status);
     assert_eq!(String::from_utf8_lossy(&qemu.stdout), want);
 }
+
+/// The same sieve built with -DN=700000u (the ten-million-instruction run of the GPU
+/// checks): the primes below 700,000, in more than 10 M instructions.
+#[test]
+fn sieve_below_seven_hundred_thousand_passes_ten_million_instructions() {
+    let source = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("speed/sieve.c");
+    let dir = tempfile::tempdir().unwrap();
+    let options = BuildOptions {
+        defines: vec!["N=700000u".to_string()],
+        ..BuildOptions::default()
+    };
+    let bare = build_with(&source, Flavor::BareMetal, dir.path(), options);
+    let (machine, end) = run_golden_bare(&bare, 1 << 32);
+    assert_eq!(end, RunEnd::Exited(0));
+    let want = "56543 primes below 700000, their sum 18910286312\n";
+    assert_eq!(String::from_utf8_lossy(&machine.console), want);
+    assert!(machine.instret > 10_000_000, "{} instructions", machine.instret);
+}
