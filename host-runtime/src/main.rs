@@ -107,11 +107,12 @@ enum Command {
         65  the program could not be built or loaded\n  \
         66  the program trapped (illegal instruction, bad access, ecall, ebreak)\n  \
         67  the instruction budget or --max-seconds ran out (with --save-state, the machine is saved)\n  \
-        68  (--verify) the chip and the golden reference disagreed\n\n\
+        68  (--verify) the chip and the golden reference disagreed\n  \
+        130 (--save-state) interrupted by Ctrl-C (or SIGTERM): the machine is saved first\n\n\
         A program may itself exit with 65..68: then stderr has no `inband:` line. With\n\
         --stats the last line on stderr is always\n  \
         stats: instructions=N forward_passes=M steps_per_s=S exit=E\n\
-        where E is the program's own exit code, or 'trap' or 'budget': that tells them apart.\n\n\
+        where E is the program's own exit code, or 'trap', 'budget' or 'interrupted': that tells them apart.\n\n\
         Examples:\n  inband run --engine golden --stats firmware/examples/euler10.c\n  \
         inband run --engine chip --model spliced --verify --stats firmware/examples/hello.c\n  \
         inband run --engine chip --chip pack firmware/examples/hello.c   (a pack from `weightgen --out pack`)\n  \
@@ -184,7 +185,7 @@ enum Command {
         /// (every boot token a forward pass, as a stock runner boots).
         #[arg(long, value_enum, default_value_t)]
         boot: vm::Boot,
-        /// (chip) If the run stops at --max-instructions or --max-seconds without ending,
+        /// (chip) If the run stops at --max-instructions, --max-seconds or Ctrl-C without ending,
         /// save the machine to FILE (its whole chip state, console output and counts), so
         /// that `--resume FILE` continues it exactly where it stopped.
         #[arg(long, value_name = "FILE")]
@@ -668,6 +669,9 @@ fn run_chip(
         }
     };
     let open_seconds = opening.elapsed().as_secs_f64();
+    if save_state.is_some() {
+        vm::stop_on_interrupt();
+    }
     let plan = vm::RunPlan {
         start: saved.as_ref().map_or(vm::Start::Boot(boot), vm::Start::Resume),
         limits,
@@ -687,7 +691,10 @@ fn run_chip(
             return ExitCode::from(status::BUILD_OR_LOAD_FAILED);
         }
     };
-    let (code, exit_text) = if run.timed_out {
+    let (code, exit_text) = if run.timed_out && vm::stop_asked() {
+        report(format!("interrupted after {} instructions", run.counts.retired));
+        (ExitCode::from(status::INTERRUPTED), "interrupted".to_string())
+    } else if run.timed_out {
         report(format!(
             "time limit reached: the program ran {:.0} s without exiting ({} instructions retired); raise it with --max-seconds",
             limits.wall.map_or(0.0, |w| w.as_secs_f64()),

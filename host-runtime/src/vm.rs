@@ -3,6 +3,7 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::Context;
 use std::time::Instant;
@@ -175,9 +176,36 @@ impl Streamed for Checked<'_, '_> {
     }
 }
 
+/// Set once a stop is asked for ([`stop_on_interrupt`]'s Ctrl-C, or [`ask_to_stop`]): a
+/// run then stops between two chunks as at its wall-clock limit, so that a machine that
+/// is to be saved is saved rather than lost.
+static STOP_ASKED: AtomicBool = AtomicBool::new(false);
+
+/// Makes Ctrl-C (and SIGTERM, SIGHUP) stop the run between two chunks, as its time limit
+/// would (a second one ends the process at once, with status 130).
+pub fn stop_on_interrupt() {
+    let _ = ctrlc::set_handler(|| {
+        if STOP_ASKED.swap(true, Ordering::SeqCst) {
+            std::process::exit(130);
+        }
+        eprintln!("inband: interrupted: stopping after the current chunk of instructions (again to quit at once)");
+    });
+}
+
+/// Asks the running (or next) run to stop between two chunks, as Ctrl-C does once
+/// [`stop_on_interrupt`] is installed; `false` withdraws the request.
+pub fn ask_to_stop(stop: bool) {
+    STOP_ASKED.store(stop, Ordering::SeqCst);
+}
+
+/// Whether a stop was asked for (the run that stopped was interrupted).
+pub fn stop_asked() -> bool {
+    STOP_ASKED.load(Ordering::SeqCst)
+}
+
 /// Runs `machine` within `limits`, `chunk` instructions at a time, writing its new console
 /// bytes to `out` after each chunk. Returns how it ended and whether the wall-clock limit
-/// (checked between chunks) stopped it.
+/// or a stop asked for (checked between chunks) stopped it.
 pub fn stream<M: Streamed>(
     machine: &mut M,
     limits: Limits,
@@ -195,7 +223,7 @@ pub fn stream<M: Streamed>(
         printed = machine.console().len();
         match result? {
             RunEnd::BudgetExhausted { pc } if machine.retired() < limits.instructions => {
-                if limits.wall.is_some_and(|wall| start.elapsed() > wall) {
+                if limits.wall.is_some_and(|wall| start.elapsed() > wall) || stop_asked() {
                     return Ok((RunEnd::BudgetExhausted { pc }, true));
                 }
             }

@@ -5,7 +5,7 @@
 //! The chip is the 0.8b shape's, written as a pack and opened as a user's would be.
 
 use std::path::Path;
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 use inband_chip::engine::EngineState;
 use inband_chip::rv32im::load::BootLoader;
@@ -49,7 +49,22 @@ struct Piece {
     trace: String,
 }
 
+/// Runs one at a time: a stop asked for (as by Ctrl-C) is the whole process's.
+static ONE_RUN: Mutex<()> = Mutex::new(());
+
 fn run(
+    image: &ProgramImage,
+    start: Start,
+    instructions: u64,
+    verify: bool,
+    save: Option<&Path>,
+) -> Result<Piece, ChipError> {
+    let _alone = ONE_RUN.lock().unwrap_or_else(|e| e.into_inner());
+    run_alone(image, start, instructions, verify, save)
+}
+
+/// [`run`], for a caller that holds [`ONE_RUN`].
+fn run_alone(
     image: &ProgramImage,
     start: Start,
     instructions: u64,
@@ -156,6 +171,30 @@ fn verify_catches_a_saved_state_changed_on_disk() {
         .err()
         .expect("a mismatch");
     assert!(matches!(e, ChipError::Mismatch { .. }), "{e}");
+}
+
+#[test]
+fn an_interrupted_run_is_saved_and_continues() {
+    // What Ctrl-C does with --save-state: the run stops after its first chunk of
+    // instructions and saves the machine there.
+    let image = image("strings");
+    let whole = run(&image, Start::Boot(Boot::Load), u64::MAX, false, None).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("machine.state");
+    let first = {
+        let _alone = ONE_RUN.lock().unwrap_or_else(|e| e.into_inner());
+        vm::ask_to_stop(true);
+        let first = run_alone(&image, Start::Boot(Boot::Load), u64::MAX, false, Some(&state));
+        vm::ask_to_stop(false);
+        first.unwrap()
+    };
+    assert!(first.run.timed_out && first.run.saved);
+    assert_eq!(first.run.counts.retired, vm::CHIP_CHUNK);
+    let saved = SavedMachine::read(&state).unwrap();
+    let rest = run(&image, Start::Resume(&saved), u64::MAX, true, None).unwrap();
+    assert_eq!((rest.run.end, rest.run.counts), (whole.run.end, whole.run.counts));
+    assert_eq!(first.trace + &rest.trace, whole.trace);
+    assert_eq!([first.printed, rest.printed].concat(), whole.printed);
 }
 
 #[test]
