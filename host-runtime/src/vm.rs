@@ -216,7 +216,7 @@ pub fn stream<M: Streamed>(
     // A continued machine printed its earlier output in the run that saved it.
     let mut printed = machine.console().len();
     loop {
-        let remaining = limits.instructions - machine.retired();
+        let remaining = limits.instructions.saturating_sub(machine.retired());
         let result = machine.run_for(remaining.min(chunk));
         let _ = out.write_all(&machine.console()[printed..]);
         let _ = out.flush();
