@@ -38,11 +38,12 @@
 #                 together vs the CPU engine's whole stream; the continued run --verify'd
 #   pieces        one piece of a program too long for one call (PIECES_PROGRAM, default
 #                 sieve700k: the primes below 700,000, 10.8 M instructions): continues
-#                 .gpu/state/NAME.state when carried, else boots; runs PIECE_SECONDS
-#                 (default 520) and saves to $OUT/NAME.state (carry it back as
-#                 .gpu/state/NAME.state for the next piece); $OUT/NAME.out.N holds piece
-#                 N's output (carry it back as .gpu/state/NAME.out.N); when the program
-#                 ends, all pieces' output together is compared with golden's
+#                 the last piece (carried as .gpu/state/NAME.state and NAME.out.*, from
+#                 an earlier call's $OUT, or kept in $WORK by the last call while the
+#                 machine stayed warm), else boots; runs PIECE_SECONDS (default 520),
+#                 then saves the machine and the piece's output (NAME.out.N) to $OUT and
+#                 $WORK; when the program ends, all pieces' output together is compared
+#                 with golden's
 #   batch         the ISA suite and every example as one batch on CUDA (inband run --batch
 #                 --verify: each compared with golden); hello's, strings' and int64's first
 #                 machines' token streams vs the CPU engine's single-stream ones; a batch
@@ -257,18 +258,29 @@ for section in "${SECTIONS[@]}"; do
         ;;
     pieces)
         P=${PIECES_PROGRAM:-sieve700k}
-        R=()
+        D=$W/pieces
+        mkdir -p "$D"
+        # The pieces so far: carried in .gpu/state (an earlier call's $OUT), else kept on
+        # this machine by the last call while it stayed warm.
         if [ -f .gpu/state/$P.state ]; then
-            R=(--resume .gpu/state/$P.state)
+            rm -f "$D/$P".*
+            cp .gpu/state/$P.* "$D/"
         fi
-        n=$(ls .gpu/state/$P.out.* 2>/dev/null | wc -l)
-        step_to "$OUT/$P.out.$n" ${PIECE_SECONDS:-520} $B/inband run "${M[@]}" "${R[@]}" --stats \
-            --max-seconds $((${PIECE_SECONDS:-520} - 20)) --save-state "$OUT/$P.state" $E/$P.elf
-        if [ ! -f "$OUT/$P.state" ]; then
+        R=()
+        [ -f "$D/$P.state" ] && R=(--resume "$D/$P.state")
+        n=$(ls "$D/$P".out.* 2>/dev/null | wc -l)
+        step_to "$D/$P.out.$n" ${PIECE_SECONDS:-520} $B/inband run "${M[@]}" "${R[@]}" --stats \
+            --max-seconds $((${PIECE_SECONDS:-520} - 20)) --save-state "$D/$P.next" $E/$P.elf
+        cp "$D/$P.out.$n" "$OUT/"
+        if [ -f "$D/$P.next" ]; then
+            mv "$D/$P.next" "$D/$P.state"
+            cp "$D/$P.state" "$OUT/"
+        else
+            rm -f "$D/$P.state"
             $B/inband run --engine golden $E/$P.elf >"$W/$P.golden" 2>/dev/null
-            cat .gpu/state/$P.out.* "$OUT/$P.out.$n" 2>/dev/null | cmp -s - "$W/$P.golden" &&
-                echo "   $P (all pieces): output identical to golden's" >>"$LOG" ||
-                echo "   $P (all pieces): OUTPUT DIFFERS from golden's" >>"$LOG"
+            for k in $(seq 0 "$n"); do cat "$D/$P.out.$k"; done | cmp -s - "$W/$P.golden" &&
+                echo "   $P ($((n + 1)) pieces): output identical to golden's" >>"$LOG" ||
+                echo "   $P ($((n + 1)) pieces): OUTPUT DIFFERS from golden's" >>"$LOG"
         fi
         ;;
     untouched)
