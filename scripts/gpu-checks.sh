@@ -40,8 +40,8 @@
 #                 sieve700k: the primes below 700,000, 10.8 M instructions): continues
 #                 the last piece (carried as .gpu/state/NAME.state and NAME.out.*, from
 #                 an earlier call's $OUT, or kept in $WORK by the last call while the
-#                 machine stayed warm), else boots; runs PIECE_SECONDS (default 520),
-#                 then saves the machine and the piece's output (NAME.out.N) to $OUT and
+#                 machine stayed warm), else boots; runs PIECE_SECONDS (default 520, at
+#                 most what the call has left), then saves the machine and the piece's output (NAME.out.N) to $OUT and
 #                 $WORK; when the program ends, all pieces' output together is compared
 #                 with golden's
 #   batch         the ISA suite and every example as one batch on CUDA (inband run --batch
@@ -269,8 +269,11 @@ for section in "${SECTIONS[@]}"; do
         R=()
         [ -f "$D/$P.state" ] && R=(--resume "$D/$P.state")
         n=$(ls "$D/$P".out.* 2>/dev/null | wc -l)
-        step_to "$D/$P.out.$n" ${PIECE_SECONDS:-520} $B/inband run "${M[@]}" "${R[@]}" --stats \
-            --max-seconds $((${PIECE_SECONDS:-520} - 20)) --save-state "$D/$P.next" $E/$P.elf
+        # The piece stops itself (and saves) well before the step's timeout would kill it.
+        sec=${PIECE_SECONDS:-520}
+        [ "$sec" -gt $(($(left) - 10)) ] && sec=$(($(left) - 10))
+        step_to "$D/$P.out.$n" "$sec" $B/inband run "${M[@]}" "${R[@]}" --stats \
+            --max-seconds $((sec - 25)) --save-state "$D/$P.next" $E/$P.elf
         cp "$D/$P.out.$n" "$OUT/"
         if [ -f "$D/$P.next" ]; then
             mv "$D/$P.next" "$D/$P.state"
