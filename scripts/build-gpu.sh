@@ -22,13 +22,11 @@ done
 strip -o .gpu/bin/inband_exec "$exec_test"
 gzip -nf .gpu/bin/inband_exec
 # (and the programs that end otherwise: a mixed batch's traps and exhausted budget)
-for p in firmware/examples/*.c firmware/isa/*.S tests/kernels/*.c tests/division/*.c tests/speed/sieve.c tests/ram/whole_ram.c tests/programs/exit_code.c \
+for p in firmware/examples/*.c firmware/isa/*.S tests/kernels/*.c tests/division/*.c tests/speed/sieve.c tests/speed/sieve10m.c tests/ram/whole_ram.c tests/programs/exit_code.c \
     tests/programs/runaway.c tests/programs/illegal_instruction.S tests/programs/misaligned_load.S; do
     name=$(basename "$p"); name=${name%.*}
     .gpu/bin/inband build "$p" -o ".gpu/elf/$name.elf"
 done
-# The sieve's ten-million-instruction size (the primes below 700,000).
-.gpu/bin/inband build -DN=700000u tests/speed/sieve.c -o .gpu/elf/sieve700k.elf
 # The compiler: gcc's driver, cc1, collect2, its own headers and rv32im libgcc, as and
 # ld, and the shared libraries they need, laid out as gcc expects relative to itself.
 gcc=$(command -v riscv64-unknown-elf-gcc)

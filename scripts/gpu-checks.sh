@@ -33,11 +33,14 @@
 #   fib           fib inside the spliced checkpoint on CUDA
 #   sieve         tests/speed/sieve.c (31.5 M instructions) inside the spliced checkpoint
 #                 on CUDA, output vs golden's (fits the call's 590 s from ~65 k passes/s)
+#   sieve10m      tests/speed/sieve10m.c (11.0 M instructions, ~1.05 passes each) inside
+#                 the spliced checkpoint on CUDA in one call, output vs golden's (fits the
+#                 call's 590 s from ~20 k passes/s; slower, run it in pieces)
 #   saved         strings stopped after 5,000 instructions and saved (--save-state), then
 #                 continued by a fresh process (--resume): the two pieces' token streams
 #                 together vs the CPU engine's whole stream; the continued run --verify'd
 #   pieces        one piece of a program too long for one call (PIECES_PROGRAM, default
-#                 sieve700k: the primes below 700,000, 10.8 M instructions): continues
+#                 sieve10m: tests/speed/sieve10m.c, 11.0 M instructions): continues
 #                 the last piece (carried as .gpu/state/NAME.state and NAME.out.*, from
 #                 an earlier call's $OUT, or kept in $WORK by the last call while the
 #                 machine stayed warm), else boots; runs PIECE_SECONDS (default 520, at
@@ -208,7 +211,7 @@ for section in "${SECTIONS[@]}"; do
     load)
         step 200 $B/inband bench "${M[@]:2}" --boot $E/hello.elf $E/int64.elf $E/euler10.elf
         ;;
-    euler10 | fib | sieve)
+    euler10 | fib | sieve | sieve10m)
         vs_golden $section 590 && cat "$W/$section.cuda" >>"$LOG"
         ;;
     inband)
@@ -257,7 +260,7 @@ for section in "${SECTIONS[@]}"; do
         step 60 $B/inband run "${S[@]}" --resume "$W/strings.state" --verify --stats $E/strings.elf
         ;;
     pieces)
-        P=${PIECES_PROGRAM:-sieve700k}
+        P=${PIECES_PROGRAM:-sieve10m}
         D=$W/pieces
         mkdir -p "$D"
         # The pieces so far: carried in .gpu/state (an earlier call's $OUT), else kept on

@@ -1,14 +1,10 @@
 /* The sum of the primes below two million (142913828922) by the sieve of Eratosthenes over
  * a bit array of the odd numbers (one bit each: 125 KB of RAM), 31.5 M instructions: a
  * long run for measuring the chip's speed (Euler #10 in firmware/examples reaches the same
- * sum in under a million instructions). Its output is checked against golden's.
- * Built with -DN=700000u: the primes below 700,000 (56543, their sum 18910286312) in
- * 10.8 M instructions, the shortest such run past ten million. */
+ * sum in under a million instructions). Its output is checked against golden's. */
 #include <stdio.h>
 
-#ifndef N
 #define N 2000000u
-#endif
 #define ODDS (N / 2)                  /* bit i: the odd number 2i + 1 */
 static unsigned composite[ODDS / 32 + 1];
 
