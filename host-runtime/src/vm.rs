@@ -119,7 +119,7 @@ pub struct VmRun {
     pub boot_seconds: f64,
     /// Seconds spent making the engine (uploading the chip, for the GPU) before the first pass.
     pub engine_seconds: f64,
-    /// The run was stopped by its wall-clock limit.
+    /// The run was stopped by its wall-clock limit or a stop asked for ([`stop_asked`]).
     pub timed_out: bool,
     /// The machine was saved where it stopped ([`RunPlan::save_state`]).
     pub saved: bool,
@@ -266,7 +266,8 @@ pub struct RunPlan<'p> {
     pub start: Start<'p>,
     pub limits: Limits,
     /// Check every retired instruction against the golden reference (a continued run is
-    /// first checked whole: golden runs the instructions before it, at its own speed).
+    /// first compared where it stopped: golden runs the instructions before it at its own
+    /// speed, then RAM, pc and output are compared; see [`ChipMachine::check_resumed`]).
     pub verify: bool,
     /// Where to write the passes' token ids (see [`run`]).
     pub trace: Option<&'p Path>,
