@@ -117,8 +117,8 @@ enum Command {
         inband run --engine chip --model spliced --verify --stats firmware/examples/hello.c\n  \
         inband run --engine chip --chip pack firmware/examples/hello.c   (a pack from `weightgen --out pack`)\n  \
         inband run --engine chip --chip pack --device cuda --batch --verify firmware/isa/*.S firmware/examples/*.c\n  \
-        inband run --engine chip --chip pack --device cuda --max-seconds 500 --save-state s.state tests/speed/sieve.c\n  \
-        inband run --engine chip --chip pack --device cuda --resume s.state --save-state s.state tests/speed/sieve.c\n    \
+        inband run --engine chip --chip pack --device cuda --max-seconds 500 --save-state s.state tests/speed/sieve10m.c\n  \
+        inband run --engine chip --chip pack --device cuda --resume s.state --save-state s.state tests/speed/sieve10m.c\n    \
         (a long program in pieces: each run continues the last where it stopped, pass for pass)\n\n\
         With --batch, every program runs at once, each in its own machine (its own state, the\n\
         chip's weights shared; on a GPU one launch steps them all). Each program's output is\n\
