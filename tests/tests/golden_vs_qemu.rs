@@ -163,18 +163,17 @@ fn auto_libc_takes_picolibc_only_when_needed() {
     );
 }
 
-/// The long sieve of `tests/speed/` (the program the chip's speed is measured with on the
-/// GPU): the bare-metal build prints the count and sum of the primes below two million in
-/// more than 10 M instructions, and the Linux build prints the same under qemu (too long
-/// for a lockstep trace; every instruction kind it uses is in the lockstep corpus).
-#[test]
-fn sieve_sums_the_primes_below_two_million() {
-    let source = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("speed/sieve.c");
+/// `tests/speed/FILE` prints `want` in more than 10 M instructions on golden (bare metal),
+/// and its Linux build prints the same under qemu (too long for a lockstep trace; every
+/// instruction kind it uses is in the lockstep corpus).
+fn sieve_prints(file: &str, want: &str) {
+    let source = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("speed")
+        .join(file);
     let dir = tempfile::tempdir().unwrap();
     let bare = build_with(&source, Flavor::BareMetal, dir.path(), BuildOptions::default());
     let (machine, end) = run_golden_bare(&bare, 1 << 32);
     assert_eq!(end, RunEnd::Exited(0));
-    let want = "148933 primes below 2000000, their sum 142913828922\n";
     assert_eq!(String::from_utf8_lossy(&machine.console), want);
     assert!(machine.instret > 10_000_000, "{} instructions", machine.instret);
     let linux = build_with(&source, Flavor::LinuxUser, dir.path(), BuildOptions::default());
@@ -187,25 +186,16 @@ fn sieve_sums_the_primes_below_two_million() {
     assert_eq!(String::from_utf8_lossy(&qemu.stdout), want);
 }
 
-/// The ten-million-instruction sieve of `tests/speed/` (the primes below 800,000, written
-/// so that nearly every instruction is one pass of the chip): the bare-metal build prints
-/// the count and sum in more than 10 M instructions, the Linux build the same under qemu.
+/// The long sieve (the program the chip's speed was first measured with on the GPU): the
+/// primes below two million.
+#[test]
+fn sieve_sums_the_primes_below_two_million() {
+    sieve_prints("sieve.c", "148933 primes below 2000000, their sum 142913828922\n");
+}
+
+/// The ten-million-instruction sieve (the primes below 800,000, written so that nearly
+/// every instruction is one pass of the chip).
 #[test]
 fn sieve10m_sums_the_primes_below_eight_hundred_thousand() {
-    let source = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("speed/sieve10m.c");
-    let dir = tempfile::tempdir().unwrap();
-    let bare = build_with(&source, Flavor::BareMetal, dir.path(), BuildOptions::default());
-    let (machine, end) = run_golden_bare(&bare, 1 << 32);
-    assert_eq!(end, RunEnd::Exited(0));
-    let want = "63951 primes below 800000, their sum 24465663438\n";
-    assert_eq!(String::from_utf8_lossy(&machine.console), want);
-    assert!(machine.instret > 10_000_000, "{} instructions", machine.instret);
-    let linux = build_with(&source, Flavor::LinuxUser, dir.path(), BuildOptions::default());
-    let qemu = std::process::Command::new(inband_golden::qemu::QEMU)
-        .args(["-cpu", inband_golden::qemu::QEMU_CPU])
-        .arg(&linux)
-        .output()
-        .expect("qemu-riscv32 runs");
-    assert!(qemu.status.success(), "qemu: {:?}", qemu.status);
-    assert_eq!(String::from_utf8_lossy(&qemu.stdout), want);
+    sieve_prints("sieve10m.c", "63951 primes below 800000, their sum 24465663438\n");
 }

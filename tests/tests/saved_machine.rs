@@ -5,7 +5,7 @@
 //! The chip is the 0.8b shape's, written as a pack and opened as a user's would be.
 
 use std::path::Path;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use inband_chip::engine::EngineState;
 use inband_chip::rv32im::load::BootLoader;
@@ -47,22 +47,14 @@ struct Piece {
     trace: String,
 }
 
-/// Runs one at a time: a stop asked for (as by Ctrl-C) is the whole process's.
-static ONE_RUN: Mutex<()> = Mutex::new(());
-
-fn run(
-    image: &ProgramImage,
-    start: Start,
-    instructions: u64,
-    verify: bool,
-    save: Option<&Path>,
-) -> Result<Piece, ChipError> {
-    let _alone = ONE_RUN.lock().unwrap_or_else(|e| e.into_inner());
-    run_alone(image, start, instructions, verify, save)
+/// Held by every test: a stop asked for (as by Ctrl-C) is the whole process's, so the
+/// test that asks for one runs alone.
+fn alone() -> MutexGuard<'static, ()> {
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// [`run`], for a caller that holds [`ONE_RUN`].
-fn run_alone(
+fn run(
     image: &ProgramImage,
     start: Start,
     instructions: u64,
@@ -118,11 +110,13 @@ fn pieces_make_the_whole(name: &str, stops: &[u64]) {
 
 #[test]
 fn strings_in_three_pieces_is_strings_whole() {
+    let _alone = alone();
     pieces_make_the_whole("strings", &[1_000, 6_543]);
 }
 
 #[test]
 fn int64_stopped_inside_its_divisions_is_int64_whole() {
+    let _alone = alone();
     // int64 divides in millicode (a division retires as one instruction, however many
     // passes its routine runs); fourteen stops spread over the run.
     let stops: Vec<u64> = (1..=14).map(|k| 997 * k).collect();
@@ -131,6 +125,7 @@ fn int64_stopped_inside_its_divisions_is_int64_whole() {
 
 #[test]
 fn a_saved_machine_runs_only_its_own_program() {
+    let _alone = alone();
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("machine.state");
     run(&image("strings"), Start::Boot(Boot::Load), 500, false, Some(&state)).unwrap();
@@ -143,6 +138,7 @@ fn a_saved_machine_runs_only_its_own_program() {
 
 #[test]
 fn verify_catches_a_saved_state_changed_on_disk() {
+    let _alone = alone();
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("machine.state");
     let strings = image("strings");
@@ -173,19 +169,17 @@ fn verify_catches_a_saved_state_changed_on_disk() {
 
 #[test]
 fn an_interrupted_run_is_saved_and_continues() {
+    let _alone = alone();
     // What Ctrl-C does with --save-state: the run stops after its first chunk of
     // instructions and saves the machine there.
     let image = image("strings");
     let whole = run(&image, Start::Boot(Boot::Load), u64::MAX, false, None).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("machine.state");
-    let first = {
-        let _alone = ONE_RUN.lock().unwrap_or_else(|e| e.into_inner());
-        vm::ask_to_stop(true);
-        let first = run_alone(&image, Start::Boot(Boot::Load), u64::MAX, false, Some(&state));
-        vm::ask_to_stop(false);
-        first.unwrap()
-    };
+    vm::ask_to_stop(true);
+    let first = run(&image, Start::Boot(Boot::Load), u64::MAX, false, Some(&state));
+    vm::ask_to_stop(false);
+    let first = first.unwrap();
     assert!(first.run.timed_out && first.run.saved);
     assert_eq!(first.run.counts.retired, vm::CHIP_CHUNK);
     let saved = SavedMachine::read(&state).unwrap();
@@ -197,6 +191,7 @@ fn an_interrupted_run_is_saved_and_continues() {
 
 #[test]
 fn a_run_that_ends_saves_nothing() {
+    let _alone = alone();
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("machine.state");
     let piece = run(&image("hello"), Start::Boot(Boot::Load), u64::MAX, false, Some(&state)).unwrap();
@@ -231,6 +226,7 @@ impl PassEngine for RunsAhead<'_> {
 
 #[test]
 fn tokens_chosen_ahead_are_saved_with_the_machine() {
+    let _alone = alone();
     let image = image("strings");
     let ahead = || Box::new(RunsAhead(ChipRunner::new(chip()).unwrap()));
     let mut loader = BootLoader::new(chip()).unwrap();
