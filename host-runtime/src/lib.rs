@@ -22,6 +22,7 @@ pub mod bench;
 pub mod gpu;
 pub mod inband;
 pub mod program;
+pub mod progress;
 pub mod session;
 pub mod spliced;
 pub mod status;

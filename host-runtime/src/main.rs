@@ -9,6 +9,7 @@ use inband_chip::rv32im::machine::ChipError;
 use inband_chip::rv32im::saved::SavedMachine;
 use inband_firmware::{BuildOptions, Flavor, Libc, Toolchain};
 use inband_golden::{Environment, Machine, RunEnd};
+use inband_host_runtime::progress::RunProgress;
 use inband_host_runtime::session::{parse_seconds, SessionOptions, TextSession};
 use inband_host_runtime::vm::ChipSource;
 use inband_host_runtime::{bench, program, status, vm};
@@ -112,7 +113,9 @@ enum Command {
         A program may itself exit with 65..68: then stderr has no `inband:` line. With\n\
         --stats the last line on stderr is always\n  \
         stats: instructions=N forward_passes=M steps_per_s=S exit=E\n\
-        where E is the program's own exit code, or 'trap', 'budget' or 'interrupted': that tells them apart.\n\n\
+        where E is the program's own exit code, or 'trap', 'budget' or 'interrupted': that tells them apart.\n\
+        On a terminal, a run that goes on past 2 s shows a progress line on stderr (instructions\n\
+        retired, forward passes and passes/s), cleared before anything else is reported.\n\n\
         Examples:\n  inband run --engine golden --stats firmware/examples/euler10.c\n  \
         inband run --engine chip --model spliced --verify --stats firmware/examples/hello.c\n  \
         inband run --engine chip --chip pack firmware/examples/hello.c   (a pack from `weightgen --out pack`)\n  \
@@ -530,6 +533,7 @@ fn run_golden(image: &inband_firmware::ProgramImage, stats: bool, budget: u64) -
         vm::Limits::instructions(budget),
         vm::GOLDEN_CHUNK,
         &mut std::io::stdout().lock(),
+        &mut RunProgress::on_stderr(),
     );
     let seconds = start.elapsed().as_secs_f64();
     let (code, exit_text) = end_status(end, budget);
@@ -678,6 +682,7 @@ fn run_chip(
         verify,
         trace,
         save_state,
+        progress: true,
     };
     let mut stdout = std::io::stdout().lock();
     let run = match vm::run_plan(&chip, device, image, &plan, &mut stdout) {

@@ -16,6 +16,8 @@ use inband_chip::{ChipModel, ChipRunner, PassEngine};
 use inband_firmware::ProgramImage;
 use inband_golden::{Environment, Machine, RunEnd};
 
+use crate::progress::RunProgress;
+
 /// Where the chip layers run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Device {
@@ -142,6 +144,10 @@ pub trait Streamed {
     fn retired(&self) -> u64;
     /// Everything printed so far.
     fn console(&self) -> &[u8];
+    /// Forward passes run after boot (0 where the machine runs none).
+    fn passes(&self) -> u64 {
+        0
+    }
 }
 
 impl Streamed for Machine {
@@ -174,6 +180,9 @@ impl Streamed for Checked<'_, '_> {
     fn console(&self) -> &[u8] {
         &self.machine.console
     }
+    fn passes(&self) -> u64 {
+        self.machine.counts.passes
+    }
 }
 
 /// Set once a stop is asked for ([`stop_on_interrupt`]'s Ctrl-C, or [`ask_to_stop`]): a
@@ -204,13 +213,14 @@ pub fn stop_asked() -> bool {
 }
 
 /// Runs `machine` within `limits`, `chunk` instructions at a time, writing its new console
-/// bytes to `out` after each chunk. Returns how it ended and whether the wall-clock limit
-/// or a stop asked for (checked between chunks) stopped it.
+/// bytes to `out` and redrawing `progress` after each chunk. Returns how it ended and
+/// whether the wall-clock limit or a stop asked for (checked between chunks) stopped it.
 pub fn stream<M: Streamed>(
     machine: &mut M,
     limits: Limits,
     chunk: u64,
     out: &mut dyn Write,
+    progress: &mut RunProgress,
 ) -> Result<(RunEnd, bool), M::Error> {
     let start = Instant::now();
     // A continued machine printed its earlier output in the run that saved it.
@@ -218,9 +228,15 @@ pub fn stream<M: Streamed>(
     loop {
         let remaining = limits.instructions.saturating_sub(machine.retired());
         let result = machine.run_for(remaining.min(chunk));
-        let _ = out.write_all(&machine.console()[printed..]);
-        let _ = out.flush();
+        let new = &machine.console()[printed..];
+        if !new.is_empty() {
+            progress.suspend(|| {
+                let _ = out.write_all(new);
+                let _ = out.flush();
+            });
+        }
         printed = machine.console().len();
+        progress.update(machine.retired(), machine.passes());
         match result? {
             RunEnd::BudgetExhausted { pc } if machine.retired() < limits.instructions => {
                 if limits.wall.is_some_and(|wall| start.elapsed() > wall) || stop_asked() {
@@ -273,6 +289,9 @@ pub struct RunPlan<'p> {
     pub trace: Option<&'p Path>,
     /// Where to save the machine if the run stops at a limit without ending.
     pub save_state: Option<&'p Path>,
+    /// Draw a progress line on stderr while the run goes on ([`RunProgress`]: on a
+    /// terminal only, after its first seconds).
+    pub progress: bool,
 }
 
 /// How a program gets into the chip.
@@ -341,6 +360,7 @@ impl<'a> Vm<'a> {
             verify,
             trace,
             save_state: None,
+            progress: false,
         };
         self.run_plan(image, &plan, out)
     }
@@ -385,7 +405,14 @@ impl<'a> Vm<'a> {
             machine: &mut machine,
             golden,
         };
-        let (end, timed_out) = stream(&mut checked, plan.limits, CHIP_CHUNK, out)?;
+        let mut progress = if plan.progress {
+            RunProgress::on_stderr()
+        } else {
+            RunProgress::none()
+        };
+        let streamed = stream(&mut checked, plan.limits, CHIP_CHUNK, out, &mut progress);
+        progress.clear();
+        let (end, timed_out) = streamed?;
         let run_seconds = start.elapsed().as_secs_f64();
         if let Some(path) = plan.trace {
             write_trace(path, &recorded.borrow()).map_err(|source| ChipError::Output {

@@ -69,6 +69,7 @@ fn run(
         verify,
         trace: Some(&trace),
         save_state: save,
+        progress: false,
     };
     let mut printed = Vec::new();
     let run = vm::run_plan(chip(), Device::Cpu, image, &plan, &mut printed)?;

@@ -549,16 +549,7 @@ impl<'a> ChipMachine<'a> {
     /// starts the next one, which the machine has not consumed yet; the check of every
     /// register at the next retirement covers it.
     pub fn check_resumed(&self, golden: &Machine, pc: u32) -> Result<(), ChipError> {
-        let mismatch = |diff: String| ChipError::Mismatch {
-            retired: self.counts.retired,
-            diff,
-        };
-        if golden.pc != pc {
-            return Err(mismatch(format!("pc: golden {:#010x}, chip {pc:#010x}", golden.pc)));
-        }
-        if golden.console != self.console {
-            return Err(mismatch("the saved console output is not golden's".to_string()));
-        }
+        self.mismatch_if_any(self.pc_console_diff(golden, pc))?;
         self.compare_lines(golden, 0..(RAM_SIZE as usize) / (4 * LINE_WORDS))
     }
 
@@ -835,12 +826,18 @@ impl<'a> ChipMachine<'a> {
 
     fn check_registers(&self, g: &Machine, pc: u32) -> Result<(), ChipError> {
         let regs = self.registers()?;
+        let mut diff = self.pc_console_diff(g, pc);
+        if regs != g.regs {
+            diff += &register_diff(&g.regs, &regs);
+        }
+        self.mismatch_if_any(diff)
+    }
+
+    /// Where pc or the console output differs from golden's, a line each; else empty.
+    fn pc_console_diff(&self, g: &Machine, pc: u32) -> String {
         let mut diff = String::new();
         if g.pc != pc {
             diff += &format!("pc: golden {:#010x}, chip {:#010x}\n", g.pc, pc);
-        }
-        if regs != g.regs {
-            diff += &register_diff(&g.regs, &regs);
         }
         if g.console != self.console {
             diff += &format!(
@@ -849,14 +846,18 @@ impl<'a> ChipMachine<'a> {
                 String::from_utf8_lossy(&self.console)
             );
         }
+        diff
+    }
+
+    /// A mismatch at this retirement where `diff` says anything.
+    fn mismatch_if_any(&self, diff: String) -> Result<(), ChipError> {
         if diff.is_empty() {
-            Ok(())
-        } else {
-            Err(ChipError::Mismatch {
-                retired: self.counts.retired,
-                diff,
-            })
+            return Ok(());
         }
+        Err(ChipError::Mismatch {
+            retired: self.counts.retired,
+            diff,
+        })
     }
 
     /// The RAM line the instruction in flight stores to (golden's registers before it runs).
