@@ -398,7 +398,7 @@ impl<'a> Vm<'a> {
         let golden = match (plan.verify, plan.start) {
             (false, _) => None,
             (true, Start::Boot(_)) => Some(Machine::new(image, Environment::BareMetal)),
-            (true, Start::Resume(saved)) => Some(golden_at(image, saved, &machine)?),
+            (true, Start::Resume(saved)) => Some(golden_at(image, saved, &mut machine)?),
         };
         let start = Instant::now();
         let mut checked = Checked {
@@ -441,7 +441,7 @@ impl<'a> Vm<'a> {
 
 /// Golden, run up to where `saved` stopped, after checking the continued `machine`
 /// against it there (pc, console and all of RAM; see [`ChipMachine::check_resumed`]).
-fn golden_at(image: &ProgramImage, saved: &SavedMachine, machine: &ChipMachine) -> Result<Machine, ChipError> {
+fn golden_at(image: &ProgramImage, saved: &SavedMachine, machine: &mut ChipMachine) -> Result<Machine, ChipError> {
     let mut golden = Machine::new(image, Environment::BareMetal);
     let retired = saved.host.counts.retired;
     match golden.run(retired) {

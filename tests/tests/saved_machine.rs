@@ -14,6 +14,7 @@ use inband_chip::rv32im::saved::SavedMachine;
 use inband_chip::ChipModel;
 use inband_chip::{ChipRunner, ChipToken, MemoryRow, PassEngine};
 use inband_firmware::{load_elf, Flavor, ProgramImage};
+use inband_golden::{Environment, Machine};
 use inband_host_runtime::vm::{self, Boot, Device, Limits, RunPlan, Start};
 use inband_qwen35::presets::Shape;
 use inband_tests::{build, corpus, program_name};
@@ -146,6 +147,15 @@ fn verify_catches_a_saved_state_changed_on_disk() {
     run(&strings, Start::Boot(Boot::Load), 2_000, false, Some(&state)).unwrap();
     let mut saved = SavedMachine::read(&state).unwrap();
     // One RAM entry of the chip's state flipped: golden's check at the resume sees it.
+    change_a_ram_row(&mut saved);
+    let e = run(&strings, Start::Resume(&saved), u64::MAX, true, None)
+        .err()
+        .expect("a mismatch");
+    assert!(matches!(e, ChipError::Mismatch { .. }), "{e}");
+}
+
+/// Reverses the first RAM row of `saved`'s CPU engine state that holds data.
+fn change_a_ram_row(saved: &mut SavedMachine) {
     let layout = chip()
         .manifest
         .memories
@@ -162,10 +172,6 @@ fn verify_catches_a_saved_state_changed_on_disk() {
         .position(|(r, v)| r / dk >= layout.first_key_head && v.iter().any(|x| *x != 0.0))
         .expect("a RAM row holds data");
     floats[row * dv..(row + 1) * dv].reverse();
-    let e = run(&strings, Start::Resume(&saved), u64::MAX, true, None)
-        .err()
-        .expect("a mismatch");
-    assert!(matches!(e, ChipError::Mismatch { .. }), "{e}");
 }
 
 #[test]
@@ -200,9 +206,10 @@ fn a_run_that_ends_saves_nothing() {
     assert!(!piece.run.saved && !state.exists());
 }
 
-/// The CPU engine running passes ahead of the host, as the GPU engine does when nothing
-/// is verified: a machine saved then holds tokens its engine chose ahead.
-struct RunsAhead<'a>(ChipRunner<'a>);
+/// The CPU engine running passes ahead of the host (as many as the second field), as the
+/// GPU engine does when nothing is verified: a machine saved then holds tokens its engine
+/// chose ahead, and its state is that many passes past the host's place.
+struct RunsAhead<'a>(ChipRunner<'a>, usize);
 
 impl PassEngine for RunsAhead<'_> {
     fn passes(&mut self, inputs: &[ChipToken], max: usize, stop_kinds: &[usize]) -> anyhow::Result<Vec<ChipToken>> {
@@ -215,7 +222,7 @@ impl PassEngine for RunsAhead<'_> {
         self.0.load_state(rows)
     }
     fn lookahead(&self) -> usize {
-        16
+        self.1
     }
     fn save_state(&self) -> anyhow::Result<EngineState> {
         self.0.save_state()
@@ -229,7 +236,7 @@ impl PassEngine for RunsAhead<'_> {
 fn tokens_chosen_ahead_are_saved_with_the_machine() {
     let _alone = alone();
     let image = image("strings");
-    let ahead = || Box::new(RunsAhead(ChipRunner::new(chip()).unwrap()));
+    let ahead = || Box::new(RunsAhead(ChipRunner::new(chip()).unwrap(), 16));
     let mut loader = BootLoader::new(chip()).unwrap();
     let mut whole = ChipMachine::load_on(chip(), ahead(), &image, &mut loader).unwrap();
     let end = whole.run(u64::MAX, None).unwrap();
@@ -242,4 +249,49 @@ fn tokens_chosen_ahead_are_saved_with_the_machine() {
     let mut rest = ChipMachine::resume_on(chip(), ahead(), &image, &saved).unwrap();
     assert_eq!(rest.run(u64::MAX, None).unwrap(), end);
     assert_eq!((rest.counts, &rest.console), (whole.counts, &whole.console));
+}
+
+/// A machine saved by an engine far ahead of its host (the GPU engine's lookahead is
+/// 32,768 passes) is verified from its resume: its state is checked only once the host has
+/// caught up with it (before that, the engine's RAM and registers are those of passes the
+/// host has not consumed yet), then every instruction as usual.
+#[test]
+fn a_machine_saved_ahead_of_its_host_is_verified_once_caught_up() {
+    let _alone = alone();
+    let image = image("strings");
+    let ahead = || Box::new(RunsAhead(ChipRunner::new(chip()).unwrap(), 4_096));
+    let mut loader = BootLoader::new(chip()).unwrap();
+    let mut first = ChipMachine::load_on(chip(), ahead(), &image, &mut loader).unwrap();
+    let inband_golden::RunEnd::BudgetExhausted { pc } = first.run(5_000, None).unwrap() else {
+        panic!("strings ended before 5,000 instructions")
+    };
+    let saved = first.save(pc).unwrap();
+    assert!(
+        saved.host.ahead.len() > 1_000,
+        "the engine ran {} passes ahead",
+        saved.host.ahead.len()
+    );
+    let mut golden = Machine::new(&image, Environment::BareMetal);
+    golden.run(saved.host.counts.retired);
+    let golden_at_stop = golden.clone();
+    let mut rest = ChipMachine::resume_on(chip(), ahead(), &image, &saved).unwrap();
+    rest.check_resumed(&golden, saved.next_pc).unwrap();
+    assert_eq!(
+        rest.run(u64::MAX, Some(&mut golden)).unwrap(),
+        inband_golden::RunEnd::Exited(0)
+    );
+
+    // The comparison put off is made: a RAM row changed in the saved state is found once
+    // the host has caught up.
+    let mut changed = saved.clone();
+    change_a_ram_row(&mut changed);
+    let mut golden = golden_at_stop;
+    let mut rest = ChipMachine::resume_on(chip(), ahead(), &image, &changed).unwrap();
+    rest.check_resumed(&golden, changed.next_pc).unwrap();
+    match rest.run(u64::MAX, Some(&mut golden)) {
+        Err(ChipError::Mismatch { retired, diff } | ChipError::MismatchAt { retired, diff, .. }) => {
+            assert!(retired > 5_000 && diff.starts_with("RAM word"), "{retired}: {diff}")
+        }
+        other => panic!("the changed row went unseen: {other:?}"),
+    }
 }
