@@ -742,7 +742,7 @@ fn run_chip(
         let verified = match (verify, &saved) {
             (false, _) => "",
             (true, None) => ", every instruction verified against golden",
-            (true, Some(_)) => ", every instruction since the resume verified against golden (RAM and pc there)",
+            (true, Some(_)) => ", every instruction since the resume verified against golden (and all of RAM, once the host had caught up with the engine)",
         };
         eprintln!(
             "{start}; run: {:.3} forward passes per instruction{verified}",

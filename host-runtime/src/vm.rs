@@ -283,7 +283,8 @@ pub struct RunPlan<'p> {
     pub limits: Limits,
     /// Check every retired instruction against the golden reference (a continued run is
     /// first compared where it stopped: golden runs the instructions before it at its own
-    /// speed, then RAM, pc and output are compared; see [`ChipMachine::check_resumed`]).
+    /// speed, then pc and output are compared, and RAM there or, for an engine saved ahead
+    /// of its host, once the host has caught up; see [`ChipMachine::check_resumed`]).
     pub verify: bool,
     /// Where to write the passes' token ids (see [`run`]).
     pub trace: Option<&'p Path>,
@@ -440,7 +441,8 @@ impl<'a> Vm<'a> {
 }
 
 /// Golden, run up to where `saved` stopped, after checking the continued `machine`
-/// against it there (pc, console and all of RAM; see [`ChipMachine::check_resumed`]).
+/// against it there (pc, console and, unless the engine was saved ahead of its host, all
+/// of RAM; see [`ChipMachine::check_resumed`]).
 fn golden_at(image: &ProgramImage, saved: &SavedMachine, machine: &mut ChipMachine) -> Result<Machine, ChipError> {
     let mut golden = Machine::new(image, Environment::BareMetal);
     let retired = saved.host.counts.retired;
