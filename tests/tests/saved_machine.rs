@@ -232,19 +232,31 @@ impl PassEngine for RunsAhead<'_> {
     }
 }
 
+/// The CPU engine `passes` passes ahead of its host.
+fn runs_ahead(passes: usize) -> Box<RunsAhead<'static>> {
+    Box::new(RunsAhead(ChipRunner::new(chip()).unwrap(), passes))
+}
+
+/// `image` booted on an engine `passes` ahead of its host, stopped after `stop`
+/// instructions and saved.
+fn saved_ahead(image: &ProgramImage, passes: usize, stop: u64) -> SavedMachine {
+    let mut loader = BootLoader::new(chip()).unwrap();
+    let mut first = ChipMachine::load_on(chip(), runs_ahead(passes), image, &mut loader).unwrap();
+    let inband_golden::RunEnd::BudgetExhausted { pc } = first.run(stop, None).unwrap() else {
+        panic!("the program ended before {stop} instructions")
+    };
+    first.save(pc).unwrap()
+}
+
 #[test]
 fn tokens_chosen_ahead_are_saved_with_the_machine() {
     let _alone = alone();
     let image = image("strings");
-    let ahead = || Box::new(RunsAhead(ChipRunner::new(chip()).unwrap(), 16));
+    let ahead = || runs_ahead(16);
     let mut loader = BootLoader::new(chip()).unwrap();
     let mut whole = ChipMachine::load_on(chip(), ahead(), &image, &mut loader).unwrap();
     let end = whole.run(u64::MAX, None).unwrap();
-    let mut first = ChipMachine::load_on(chip(), ahead(), &image, &mut loader).unwrap();
-    let inband_golden::RunEnd::BudgetExhausted { pc } = first.run(3_333, None).unwrap() else {
-        panic!("strings ended before 3,333 instructions")
-    };
-    let saved = first.save(pc).unwrap();
+    let saved = saved_ahead(&image, 16, 3_333);
     assert!(!saved.host.ahead.is_empty(), "the engine ran no passes ahead");
     let mut rest = ChipMachine::resume_on(chip(), ahead(), &image, &saved).unwrap();
     assert_eq!(rest.run(u64::MAX, None).unwrap(), end);
@@ -259,13 +271,8 @@ fn tokens_chosen_ahead_are_saved_with_the_machine() {
 fn a_machine_saved_ahead_of_its_host_is_verified_once_caught_up() {
     let _alone = alone();
     let image = image("strings");
-    let ahead = || Box::new(RunsAhead(ChipRunner::new(chip()).unwrap(), 4_096));
-    let mut loader = BootLoader::new(chip()).unwrap();
-    let mut first = ChipMachine::load_on(chip(), ahead(), &image, &mut loader).unwrap();
-    let inband_golden::RunEnd::BudgetExhausted { pc } = first.run(5_000, None).unwrap() else {
-        panic!("strings ended before 5,000 instructions")
-    };
-    let saved = first.save(pc).unwrap();
+    let ahead = || runs_ahead(4_096);
+    let saved = saved_ahead(&image, 4_096, 5_000);
     assert!(
         saved.host.ahead.len() > 1_000,
         "the engine ran {} passes ahead",

@@ -684,9 +684,10 @@ impl<'a> ChipMachine<'a> {
             if retiring {
                 if let Some(g) = golden.as_deref_mut() {
                     let pc = Self::pc_of(new_row, slot);
-                    let checked = match self.ahead.is_empty() {
-                        true => self.check_registers(g, pc),
-                        false => self.mismatch_if_any(self.pc_console_diff(g, pc)),
+                    let checked = if self.ahead.is_empty() {
+                        self.check_registers(g, pc)
+                    } else {
+                        self.mismatch_if_any(self.pc_console_diff(g, pc))
                     };
                     checked.map_err(|e| self.locate(e, retired_pc))?;
                 }
