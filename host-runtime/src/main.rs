@@ -507,8 +507,8 @@ fn main() -> ExitCode {
 }
 
 /// How a run ended, as the process exit status and the `exit=` text of --stats (reporting
-/// a trap or an exhausted budget on stderr).
-fn end_status(end: RunEnd, budget: u64) -> (ExitCode, String) {
+/// a trap or an exhausted budget, after `retired` instructions in all, on stderr).
+fn end_status(end: RunEnd, retired: u64) -> (ExitCode, String) {
     match end {
         RunEnd::Exited(code) => (ExitCode::from(status::from_program_exit(code)), code.to_string()),
         RunEnd::Trapped(trap) => {
@@ -517,7 +517,7 @@ fn end_status(end: RunEnd, budget: u64) -> (ExitCode, String) {
         }
         RunEnd::BudgetExhausted { pc } => {
             report(format!(
-                "instruction budget exhausted: {budget} instructions retired without exiting (next pc {pc:#010x}); \
+                "instruction budget exhausted: {retired} instructions retired without exiting (next pc {pc:#010x}); \
                  raise it with --max-instructions"
             ));
             (ExitCode::from(status::BUDGET_EXHAUSTED), "budget".to_string())
@@ -536,7 +536,7 @@ fn run_golden(image: &inband_firmware::ProgramImage, stats: bool, budget: u64) -
         &mut RunProgress::on_stderr(),
     );
     let seconds = start.elapsed().as_secs_f64();
-    let (code, exit_text) = end_status(end, budget);
+    let (code, exit_text) = end_status(end, machine.instret);
     if stats {
         let rate = machine.instret as f64 / seconds.max(1e-9);
         eprintln!(
@@ -664,6 +664,18 @@ fn run_chip(
             return ExitCode::from(status::BUILD_OR_LOAD_FAILED);
         }
     };
+    if let Some(done) = saved
+        .as_ref()
+        .map(|s| s.host.counts.retired)
+        .filter(|&d| d >= limits.instructions)
+    {
+        report(format!(
+            "the saved machine has retired {done} instructions already, and --max-instructions ({}) counts \
+             from the program's start: give more than {done} to continue it",
+            limits.instructions
+        ));
+        return ExitCode::from(status::BUILD_OR_LOAD_FAILED);
+    }
     let opening = Instant::now();
     let chip = match source.open() {
         Ok(chip) => chip,
@@ -707,7 +719,7 @@ fn run_chip(
         ));
         (ExitCode::from(status::BUDGET_EXHAUSTED), "budget".to_string())
     } else {
-        end_status(run.end, limits.instructions)
+        end_status(run.end, run.counts.retired)
     };
     if let (true, Some(path)) = (run.saved, save_state) {
         report(format!(

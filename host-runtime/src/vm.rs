@@ -395,6 +395,7 @@ impl<'a> Vm<'a> {
             }
             Start::Resume(saved) => ChipMachine::resume_on(self.chip, engine, image, saved)?,
         };
+        machine.stop_for_good_at(plan.limits.instructions);
         let boot_seconds = start.elapsed().as_secs_f64();
         let golden = match (plan.verify, plan.start) {
             (false, _) => None,

@@ -4,6 +4,9 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use inband_chip::engine::EngineState;
+use inband_chip::rv32im::machine::RunCounts;
+use inband_chip::rv32im::saved::{HostPlace, SavedMachine};
 use inband_host_runtime::status;
 
 const INBAND: &str = env!("CARGO_BIN_EXE_inband");
@@ -256,6 +259,22 @@ fn saved_machines_that_cannot_be_continued_are_refused_in_one_line() {
         let args = [&chip[..], &[flag, state.to_str().unwrap(), p.to_str().unwrap()]].concat();
         expect_failure(&args, status::BUILD_OR_LOAD_FAILED, needle);
     }
+    // A saved machine that has retired --max-instructions already (counted from the
+    // program's start) would stop at once: refused before the chip is opened.
+    let done = dir.path().join("done.state");
+    saved_after(1_000).write(&done).unwrap();
+    let args = [
+        "run",
+        "--engine",
+        "chip",
+        "--chip",
+        "no-pack",
+        "--max-instructions",
+        "1000",
+        "--resume",
+    ];
+    let args = [&args[..], &[done.to_str().unwrap(), p.to_str().unwrap()]].concat();
+    expect_failure(&args, status::BUILD_OR_LOAD_FAILED, "retired 1000 instructions already");
     expect_failure(
         &[
             "run",
@@ -269,6 +288,28 @@ fn saved_machines_that_cannot_be_continued_are_refused_in_one_line() {
         status::BUILD_OR_LOAD_FAILED,
         "leave out --batch",
     );
+}
+
+/// A saved machine (of no real chip) that has retired `retired` instructions.
+fn saved_after(retired: u64) -> SavedMachine {
+    SavedMachine {
+        chip: "chip".into(),
+        program: "program".into(),
+        next_pc: 0x100,
+        host: HostPlace {
+            counts: RunCounts {
+                retired,
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        console: Vec::new(),
+        engine: EngineState {
+            layout: "none".into(),
+            floats: Vec::new(),
+            words: Vec::new(),
+        },
+    }
 }
 
 #[test]

@@ -302,3 +302,40 @@ fn a_machine_saved_ahead_of_its_host_is_verified_once_caught_up() {
         other => panic!("the changed row went unseen: {other:?}"),
     }
 }
+
+/// A run told where it stops for good (`inband run --max-instructions`) runs no pass past
+/// it, however far ahead its engine runs and in however many chunks the host runs it: the
+/// machine saved there holds no token chosen ahead, its state is the host's (a continued
+/// `--verify` compares RAM at the resume itself) and its continuation is the whole run.
+#[test]
+fn an_engine_running_ahead_stops_at_the_runs_instruction_limit() {
+    let _alone = alone();
+    let image = image("strings");
+    let mut loader = BootLoader::new(chip()).unwrap();
+    let mut first = ChipMachine::load_on(chip(), runs_ahead(4_096), &image, &mut loader).unwrap();
+    first.stop_for_good_at(5_000);
+    let pc = loop {
+        let chunk = (5_000 - first.counts.retired).min(vm::CHIP_CHUNK);
+        match first.run(chunk, None).unwrap() {
+            inband_golden::RunEnd::BudgetExhausted { pc } if first.counts.retired == 5_000 => break pc,
+            inband_golden::RunEnd::BudgetExhausted { .. } => {}
+            end => panic!("strings ended before 5,000 instructions: {end:?}"),
+        }
+    };
+    let saved = first.save(pc).unwrap();
+    assert!(saved.host.ahead.is_empty(), "{} passes ahead", saved.host.ahead.len());
+
+    let mut golden = Machine::new(&image, Environment::BareMetal);
+    golden.run(5_000);
+    let mut changed = saved.clone();
+    change_a_ram_row(&mut changed);
+    let mut rest = ChipMachine::resume_on(chip(), runs_ahead(4_096), &image, &changed).unwrap();
+    let e = rest.check_resumed(&golden, changed.next_pc).unwrap_err().to_string();
+    assert!(e.contains("RAM word"), "{e}");
+    let mut rest = ChipMachine::resume_on(chip(), runs_ahead(4_096), &image, &saved).unwrap();
+    rest.check_resumed(&golden, saved.next_pc).unwrap();
+    assert_eq!(
+        rest.run(u64::MAX, Some(&mut golden)).unwrap(),
+        inband_golden::RunEnd::Exited(0)
+    );
+}

@@ -389,6 +389,9 @@ pub struct ChipMachine<'a> {
     /// A continued machine whose engine was ahead of the host when checked against golden
     /// ([`Self::check_resumed`]): all of RAM is compared once the host has caught up.
     ram_check_pending: bool,
+    /// The retired count at which the run stops for good (its instruction limit; u64::MAX
+    /// for none): the engine runs no pass ahead of the host past it ([`Self::stop_for_good_at`]).
+    final_stop: u64,
     image: ProgramImage,
     /// The token the next pass consumes.
     next: ChipToken,
@@ -464,6 +467,7 @@ impl<'a> ChipMachine<'a> {
             runner,
             ahead: Default::default(),
             ram_check_pending: false,
+            final_stop: u64::MAX,
             image: image.clone(),
             next: entry,
             base_row: 0,
@@ -543,6 +547,24 @@ impl<'a> ChipMachine<'a> {
             .map_err(|e| ChipError::Resume(e.to_string()))?;
         machine.runner = runner;
         Ok(machine)
+    }
+
+    /// Says that the run stops for good once `retired` instructions have retired (however
+    /// many chunks it runs in): an engine that runs passes ahead of the host (the GPU's
+    /// lookahead) then runs none past that stop, so the run ends there without passes run
+    /// for nothing, and a machine saved there holds no token chosen ahead (its state is
+    /// the host's own, compared at once by a continued `--verify`).
+    pub fn stop_for_good_at(&mut self, retired: u64) {
+        self.final_stop = retired;
+    }
+
+    /// How many passes the engine may run from the one about to run (`lookahead` at
+    /// most) without passing the final stop: each instruction still to retire before it
+    /// retires in a pass of its own, every one of which but the stop's consumes a token,
+    /// and this pass consumes one, so the host consumes at least that many more.
+    fn passes_before_stop(&self, lookahead: usize) -> usize {
+        let left = self.final_stop.saturating_sub(self.counts.retired).max(1);
+        usize::try_from(left).map_or(lookahead, |left| left.min(lookahead))
     }
 
     /// The chip's identity, which a saved machine names.
@@ -665,7 +687,12 @@ impl<'a> ChipMachine<'a> {
                 }));
             }
         }
-        let out = self.consume(&tok, golden.is_some())?;
+        let most = if golden.is_some() {
+            1
+        } else {
+            self.passes_before_stop(self.runner.lookahead())
+        };
+        let out = self.consume(&tok, most)?;
         self.counts.pass(PassCause::of(tok.kind, in_millicode, self.in_fill));
         self.in_fill = match tok.kind {
             kind::FZ => true,
@@ -732,13 +759,15 @@ impl<'a> ChipMachine<'a> {
     }
 
     /// Runs the pass that consumes `token` (which the engine may have run already, ahead
-    /// of the host) and returns the token it chose.
-    fn consume(&mut self, token: &ChipToken, single: bool) -> Result<ChipToken, ChipError> {
+    /// of the host) and returns the token it chose; where the engine has to run it, it
+    /// may run up to `most` passes (this one and those after it, ahead of the host).
+    fn consume(&mut self, token: &ChipToken, most: usize) -> Result<ChipToken, ChipError> {
         if let Some(next) = self.ahead.pop_front() {
             return Ok(next);
         }
-        let ahead = if single { 1 } else { self.runner.lookahead() };
-        let mut out = self.runner.passes(std::slice::from_ref(token), ahead, &[kind::T])?;
+        let mut out = self
+            .runner
+            .passes(std::slice::from_ref(token), most.max(1), &[kind::T])?;
         let first = out.remove(0);
         self.ahead.extend(out);
         Ok(first)
@@ -763,7 +792,7 @@ impl<'a> ChipMachine<'a> {
             let mut parts = Vec::new();
             let mut t = token(kind::T, &[cause]);
             for expected in [kind::W1, kind::W2, kind::W3] {
-                let out = self.consume(&t, true)?;
+                let out = self.consume(&t, 1)?;
                 self.counts.pass(PassCause::End);
                 if out.kind != expected {
                     return Err(ChipError::Protocol {
