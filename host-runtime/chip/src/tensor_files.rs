@@ -62,6 +62,7 @@ fn parse_dtype(s: &str) -> Option<Dtype> {
         "F64" => Dtype::F64,
         "I64" => Dtype::I64,
         "I32" => Dtype::I32,
+        "U32" => Dtype::U32,
         "U8" => Dtype::U8,
         "BOOL" => Dtype::BOOL,
         _ => return None,
@@ -72,7 +73,7 @@ fn parse_dtype(s: &str) -> Option<Dtype> {
 pub fn element_size(dtype: Dtype) -> usize {
     match dtype {
         Dtype::F64 | Dtype::I64 => 8,
-        Dtype::F32 | Dtype::I32 => 4,
+        Dtype::F32 | Dtype::I32 | Dtype::U32 => 4,
         Dtype::BF16 | Dtype::F16 => 2,
         _ => 1,
     }
