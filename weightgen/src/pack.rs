@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use inband_chip::pack::{
-    io, residual_axis, sha256_file, BaseFit, Figures, FileDigest, Manifest, MemoryPlace, PackError, ResidualAxis,
+    digest_file, io, residual_axis, sha256_file, BaseFit, Figures, FileDigest, Manifest, MemoryPlace, PackError, ResidualAxis,
     FORMAT, FORMAT_VERSION, MANIFEST_FILE, REPORT_FILE, TENSORS_FILE,
 };
 use inband_chip::rv32im::Rv32Map;
@@ -218,7 +218,7 @@ fn write_into(
     std::fs::write(&report_path, crate::report::report(chip)).map_err(io(&report_path))?;
 
     let mut files = BTreeMap::new();
-    files.insert(TENSORS_FILE.to_string(), sha256_file(&tensors_path)?);
+    files.insert(TENSORS_FILE.to_string(), digest_file(&tensors_path)?);
     files.insert(REPORT_FILE.to_string(), sha256_file(&report_path)?);
     let manifest = manifest_of(chip, rv32im, dtype, files);
     let manifest_path = dir.join(MANIFEST_FILE);
