@@ -15,8 +15,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use inband_chip::pack::{
-    digest_file, io, residual_axis, sha256_file, BaseFit, Figures, FileDigest, Manifest, MemoryPlace, PackError, ResidualAxis,
-    FORMAT, FORMAT_VERSION, MANIFEST_FILE, REPORT_FILE, TENSORS_FILE,
+    digest_file, io, residual_axis, sha256_file, BaseFit, Figures, FileDigest, Manifest, MemoryPlace, PackError,
+    ResidualAxis, FORMAT, FORMAT_VERSION, MANIFEST_FILE, REPORT_FILE, TENSORS_FILE,
 };
 use inband_chip::rv32im::Rv32Map;
 use inband_chip::staging::{self, StagingError};

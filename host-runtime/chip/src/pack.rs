@@ -320,6 +320,13 @@ fn file_matches(path: &Path, digest: &FileDigest) -> Result<bool, PackError> {
 
 /// Reads a pack's manifest and checks every file against its hash.
 pub fn open_pack(dir: &Path) -> Result<Manifest, PackError> {
+    let manifest = read_manifest(dir)?;
+    check_files(dir, &manifest)?;
+    Ok(manifest)
+}
+
+/// Reads a pack's manifest (its format checked; its files not yet: [`check_files`]).
+pub fn read_manifest(dir: &Path) -> Result<Manifest, PackError> {
     let path = dir.join(MANIFEST_FILE);
     let text = std::fs::read_to_string(&path).map_err(io(&path))?;
     let manifest: Manifest = serde_json::from_str(&text).map_err(|e| PackError::Invalid {
@@ -335,12 +342,17 @@ pub fn open_pack(dir: &Path) -> Result<Manifest, PackError> {
             ),
         });
     }
+    Ok(manifest)
+}
+
+/// Checks every file of the pack in `dir` against the hash its manifest gives.
+pub fn check_files(dir: &Path, manifest: &Manifest) -> Result<(), PackError> {
     for (file, digest) in &manifest.files {
         if !file_matches(&dir.join(file), digest)? {
             return Err(PackError::Hash { file: file.clone() });
         }
     }
-    Ok(manifest)
+    Ok(())
 }
 
 #[cfg(test)]
@@ -360,7 +372,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (path, bytes) = file(dir.path());
         let pieces = piece_digests(&path, bytes.len() as u64, 3_000).unwrap();
-        let expected: Vec<String> = bytes.chunks(3_000).map(|c| format!("{:x}", Sha256::digest(c))).collect();
+        let expected: Vec<String> = bytes
+            .chunks(3_000)
+            .map(|c| format!("{:x}", Sha256::digest(c)))
+            .collect();
         assert_eq!(pieces, expected);
         let whole = digest_file(&path).unwrap();
         assert_eq!(whole.sha256, format!("{:x}", Sha256::digest(&bytes)));
