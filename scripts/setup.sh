@@ -3,6 +3,7 @@
 #   gcc-riscv64-unknown-elf, binutils-riscv64-unknown-elf  (C -> RV32IM ELF, with libgcc)
 #   qemu-user                                              (qemu-riscv32: the independent oracle)
 #   picolibc-riscv64-unknown-elf                           (the C library of `inband build --libc picolibc` and of in-band expressions)
+#   g++                                                    (the GPU's chip kernel compiled for the CPU: tests/tests/kernel_on_cpu.rs)
 set -euo pipefail
 
 need=()
@@ -10,6 +11,7 @@ command -v riscv64-unknown-elf-gcc >/dev/null 2>&1 || need+=(gcc-riscv64-unknown
 command -v qemu-riscv32 >/dev/null 2>&1 || need+=(qemu-user)
 [ -f /usr/lib/picolibc/riscv64-unknown-elf/picolibc.specs ] || need+=(picolibc-riscv64-unknown-elf)
 command -v mkfifo >/dev/null 2>&1 || need+=(coreutils)
+command -v c++ >/dev/null 2>&1 || need+=(g++)
 
 if [ ${#need[@]} -gt 0 ]; then
     echo "setup: installing ${need[*]}" >&2

@@ -24,6 +24,7 @@ use inband_qwen35::sparse::SparseLayer;
 
 use crate::vm::CudaKernel as Kernel;
 
+pub mod emulation;
 mod reference;
 mod sparse;
 pub mod text;
@@ -377,25 +378,19 @@ pub fn threads_alone(chip: &ChipModel, kernel: Kernel) -> anyhow::Result<u32> {
     })
 }
 
-impl GpuChip {
-    /// Uploads `chip`'s layers to GPU `ordinal` and compiles `kernel`: one machine.
-    pub fn new(chip: &ChipModel, ordinal: usize, kernel: Kernel) -> anyhow::Result<Self> {
-        Self::with_slots(chip, ordinal, kernel, 1, threads_alone(chip, kernel)?)
-    }
+/// What a chip kernel reads, built on the host (no GPU needed): its dimensions, the layer
+/// tables, I, W and the projection entries, and the floats of its shared memory before
+/// the resident words.
+pub struct KernelInputs {
+    d: Dims,
+    tables: LayerTables,
+    f: Flat,
+    entries: EntriesHost,
+    fixed_floats: usize,
+}
 
-    /// As [`Self::new`], holding `slots` machines that a launch runs as blocks of
-    /// `threads` (a multiple of 32 up to 1024; the kernel is compiled for it).
-    pub fn with_slots(
-        chip: &ChipModel,
-        ordinal: usize,
-        kernel: Kernel,
-        slots: usize,
-        threads: u32,
-    ) -> anyhow::Result<Self> {
-        available()?;
-        if slots == 0 || threads == 0 || threads > 1024 || !threads.is_multiple_of(32) {
-            bail!("a GPU chip holds at least one machine, run by 32 to 1024 threads (a multiple of 32)");
-        }
+impl KernelInputs {
+    fn of(chip: &ChipModel, kernel: Kernel) -> anyhow::Result<Self> {
         let ChipLayers::Sparse(layers) = &chip.layers else {
             bail!("the GPU engine is built from the chip's sparse layers")
         };
@@ -437,17 +432,7 @@ impl GpuChip {
         if let Some(n) = norm {
             (d.norm_inv, d.anchor_ulp) = (n.inv, n.anchor_ulp);
         }
-
-        let ctx = CudaContext::new(ordinal).with_context(|| format!("cannot open CUDA device {ordinal}"))?;
-        let stream = ctx.default_stream();
         d.state_floats = u32::try_from(f.state_len.max(1)).context("one machine's state is too large")?;
-        let module = compile(
-            &ctx,
-            &kernel_source(kernel)?,
-            "the chip kernel",
-            &[format!("-DTHREADS={threads}")],
-        )?;
-        let function = module.load_function("chip_passes")?;
         let fixed_floats = match kernel {
             // hidden, normed, conv output, head outputs, scratch, activations.
             Kernel::Reference => 2 * width + c.conv_dim() + hv * dv + tables.scratch + tables.act,
@@ -465,6 +450,53 @@ impl GpuChip {
                     + tables.resident.palettes.len()
             }
         } + tables.words.len();
+        Ok(Self {
+            d,
+            tables,
+            f,
+            entries,
+            fixed_floats,
+        })
+    }
+}
+
+impl GpuChip {
+    /// Uploads `chip`'s layers to GPU `ordinal` and compiles `kernel`: one machine.
+    pub fn new(chip: &ChipModel, ordinal: usize, kernel: Kernel) -> anyhow::Result<Self> {
+        Self::with_slots(chip, ordinal, kernel, 1, threads_alone(chip, kernel)?)
+    }
+
+    /// As [`Self::new`], holding `slots` machines that a launch runs as blocks of
+    /// `threads` (a multiple of 32 up to 1024; the kernel is compiled for it).
+    pub fn with_slots(
+        chip: &ChipModel,
+        ordinal: usize,
+        kernel: Kernel,
+        slots: usize,
+        threads: u32,
+    ) -> anyhow::Result<Self> {
+        available()?;
+        if slots == 0 || threads == 0 || threads > 1024 || !threads.is_multiple_of(32) {
+            bail!("a GPU chip holds at least one machine, run by 32 to 1024 threads (a multiple of 32)");
+        }
+        let KernelInputs {
+            mut d,
+            tables,
+            f,
+            entries,
+            fixed_floats,
+        } = KernelInputs::of(chip, kernel)?;
+        let c = &chip.config;
+        let (dk, dv, hv) = (c.linear_key_head_dim, c.linear_value_head_dim, c.linear_num_value_heads);
+        let ctx = CudaContext::new(ordinal).with_context(|| format!("cannot open CUDA device {ordinal}"))?;
+        let stream = ctx.default_stream();
+        let module = compile(
+            &ctx,
+            &kernel_source(kernel)?,
+            "the chip kernel",
+            &[format!("-DTHREADS={threads}")],
+        )?;
+        let function = module.load_function("chip_passes")?;
         // The resident words, with the column starts where the block's shared memory holds
         // them (the 0.8b shape's; not the 4b's).
         let most = ctx.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)? as usize;
@@ -504,7 +536,7 @@ impl GpuChip {
             stream,
             function,
             shared_bytes,
-            tokens: spec.tokens.clone(),
+            tokens: chip.spec.tokens.clone(),
             recurrent: tables.recurrent,
             hv,
             dk,
@@ -676,37 +708,46 @@ impl GpuChip {
 
     /// The whole recurrent state of each layer `rows` write into (zero elsewhere), on the GPU.
     fn boot_image(&self, rows: &[MemoryRow]) -> anyhow::Result<BootImage> {
-        let layer_floats = self.hv * self.dk * self.dv;
-        let mut layers: Vec<usize> = rows.iter().map(|r| r.layer).collect();
-        layers.sort_unstable();
-        layers.dedup();
-        let mut host = vec![0.0f32; layers.len() * layer_floats];
-        let mut starts = Vec::with_capacity(layers.len());
-        for (i, &layer) in layers.iter().enumerate() {
-            starts.push(
-                *self
-                    .recurrent
-                    .get(layer)
-                    .context("a memory row outside the chip's layers")? as usize,
-            );
-            let image = &mut host[i * layer_floats..(i + 1) * layer_floats];
-            for r in rows.iter().filter(|r| r.layer == layer) {
-                anyhow::ensure!(
-                    r.head < self.hv && r.row < self.dk && r.values.len() == self.dv,
-                    "memory row {} of head {} of layer {layer} is outside the chip",
-                    r.row,
-                    r.head
-                );
-                let at = (r.head * self.dk + r.row) * self.dv;
-                image[at..at + self.dv].copy_from_slice(&r.values);
-            }
-        }
+        let (starts, host) = recurrent_images(rows, &self.recurrent, self.hv, self.dk, self.dv)?;
         Ok(BootImage {
             rows: rows.to_vec(),
             starts,
             floats: self.stream.clone_htod(&host)?,
         })
     }
+}
+
+/// The whole recurrent state (`hv` heads of `dk` rows of `dv`) of each layer `rows` write
+/// into, zero elsewhere, one after another, and where each starts in a machine's state
+/// (`recurrent`: each layer's start).
+fn recurrent_images(
+    rows: &[MemoryRow],
+    recurrent: &[u32],
+    hv: usize,
+    dk: usize,
+    dv: usize,
+) -> anyhow::Result<(Vec<usize>, Vec<f32>)> {
+    let layer_floats = hv * dk * dv;
+    let mut layers: Vec<usize> = rows.iter().map(|r| r.layer).collect();
+    layers.sort_unstable();
+    layers.dedup();
+    let mut host = vec![0.0f32; layers.len() * layer_floats];
+    let mut starts = Vec::with_capacity(layers.len());
+    for (i, &layer) in layers.iter().enumerate() {
+        starts.push(*recurrent.get(layer).context("a memory row outside the chip's layers")? as usize);
+        let image = &mut host[i * layer_floats..(i + 1) * layer_floats];
+        for r in rows.iter().filter(|r| r.layer == layer) {
+            anyhow::ensure!(
+                r.head < hv && r.row < dk && r.values.len() == dv,
+                "memory row {} of head {} of layer {layer} is outside the chip",
+                r.row,
+                r.head
+            );
+            let at = (r.head * dk + r.row) * dv;
+            image[at..at + dv].copy_from_slice(&r.values);
+        }
+    }
+    Ok((starts, host))
 }
 
 /// Boot images a GPU chip keeps (the programs of a batch most recently loaded).

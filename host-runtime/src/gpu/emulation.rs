@@ -1,0 +1,157 @@
+//! The sparse chip kernel run on the CPU: its CUDA source compiled by the system's C++
+//! compiler against `host-runtime/emulator/cuda_on_cpu.hpp` (a block's threads as fibers
+//! that switch where they wait on each other), on the tables [`KernelInputs`] builds for
+//! the GPU. It tests the kernel's logic where no GPU is: the machine's token stream must
+//! be the CPU engine's (`tests/kernel_on_cpu.rs`). Speed is not its business.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, Context};
+use inband_chip::{ChipModel, MemoryRow};
+
+use super::{kernel_source, recurrent_images, EntriesHost, KernelInputs};
+use crate::vm::CudaKernel as Kernel;
+
+const HEADER: &str = include_str!("../../emulator/cuda_on_cpu.hpp");
+const RUNNER: &str = include_str!("../../emulator/run_kernel.cpp");
+
+/// One launch of the kernel on the machine: the token ids it consumes first, the most
+/// passes it runs, and the kinds that stop it (a mask) once its inputs are used up.
+#[derive(Debug, Clone)]
+pub struct Launch {
+    pub inputs: Vec<u32>,
+    pub max_passes: usize,
+    pub stop_mask: u32,
+}
+
+/// The sparse kernel (the built-in one, or `INBAND_KERNEL_SOURCE`'s, with
+/// `INBAND_KERNEL_OPTIONS`), compiled for the CPU.
+pub struct EmulatedKernel {
+    binary: PathBuf,
+}
+
+impl EmulatedKernel {
+    /// Compiles the kernel for blocks of `threads` into `dir` with `c++` (g++ or clang++).
+    pub fn build(dir: &Path, threads: u32) -> anyhow::Result<Self> {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        // A block's `extern __shared__` array is the runner's buffer.
+        let source = kernel_source(Kernel::Sparse)?.replace(
+            "extern __shared__ float4 sh4[];",
+            "float4 *sh4 = emu::dynamic_shared<float4>();",
+        );
+        for (name, text) in [
+            ("kernel.cu", &source[..]),
+            ("cuda_on_cpu.hpp", HEADER),
+            ("run_kernel.cpp", RUNNER),
+        ] {
+            std::fs::write(dir.join(name), text).with_context(|| format!("writing {name}"))?;
+        }
+        let binary = dir.join("run_kernel");
+        let options = std::env::var(super::KERNEL_OPTIONS_ENV).unwrap_or_default();
+        let out = Command::new("c++")
+            .args(["-std=c++17", "-O2", "-w", "-fno-strict-aliasing", "-ffp-contract=off"])
+            .arg(format!("-DTHREADS={threads}"))
+            .arg("-DKERNEL_FILE=\"kernel.cu\"")
+            .args(options.split_whitespace())
+            .arg("-o")
+            .arg(&binary)
+            .arg(dir.join("run_kernel.cpp"))
+            .output()
+            .context("running c++ (the system's C++ compiler)")?;
+        if !out.status.success() {
+            bail!(
+                "c++ could not compile the kernel for the CPU:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(Self { binary })
+    }
+
+    /// Runs `launches` one after another on one machine of `chip` whose GDN memories hold
+    /// `rows` (a boot by loading state), its files in `dir`; returns each launch's chosen
+    /// token ids.
+    pub fn run(
+        &self,
+        chip: &ChipModel,
+        rows: &[MemoryRow],
+        launches: &[Launch],
+        dir: &Path,
+    ) -> anyhow::Result<Vec<Vec<u32>>> {
+        let KernelInputs {
+            mut d,
+            tables,
+            f,
+            entries,
+            fixed_floats,
+        } = KernelInputs::of(chip, Kernel::Sparse)?;
+        let EntriesHost::Csc(entries) = entries else {
+            bail!("the sparse kernel's entries are CSC pairs")
+        };
+        // Every resident word in shared memory (the 0.8b shape's on the GPU).
+        d.resident_words = tables.resident.words.len() as u32;
+        let mut s = vec![0.0f32; d.state_floats as usize];
+        let c = &chip.config;
+        let (starts, images) = recurrent_images(
+            rows,
+            &tables.recurrent,
+            c.linear_num_value_heads,
+            c.linear_key_head_dim,
+            c.linear_value_head_dim,
+        )?;
+        let layer_floats = images.len() / starts.len().max(1);
+        for (image, start) in images.chunks(layer_floats.max(1)).zip(starts) {
+            s[start..start + image.len()].copy_from_slice(image);
+        }
+        let words = |v: &[u32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+        let floats = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+        // SAFETY: Dims is a repr(C) struct of 4-byte fields, read as its bytes.
+        let dims = unsafe { std::slice::from_raw_parts(&d as *const _ as *const u8, std::mem::size_of_val(&d)) };
+        let shared = (fixed_floats + tables.resident.words.len()) * 4;
+        let mut text = String::new();
+        for l in launches {
+            let _ = write!(text, "{} {} {}", l.inputs.len(), l.max_passes, l.stop_mask);
+            l.inputs.iter().for_each(|t| {
+                let _ = write!(text, " {t}");
+            });
+            text.push('\n');
+        }
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        for (name, bytes) in [
+            ("dims", dims.to_vec()),
+            ("layers", words(&tables.words)),
+            ("i", words(&f.i)),
+            ("e", words(&entries.pairs)),
+            ("w", floats(&f.w)),
+            ("s", floats(&s)),
+            ("shared", shared.to_string().into_bytes()),
+            ("launches", text.into_bytes()),
+        ] {
+            std::fs::write(dir.join(name), bytes).with_context(|| format!("writing {name}"))?;
+        }
+        let out = Command::new(&self.binary)
+            .arg(dir)
+            .output()
+            .context("running the emulated kernel")?;
+        if !out.status.success() {
+            bail!(
+                "the emulated kernel failed ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let mut chosen = Vec::new();
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            let v: Vec<u32> = line.split_whitespace().map(|w| w.parse()).collect::<Result<_, _>>()?;
+            let (&passes, rest) = v.split_first().context("an empty line")?;
+            let (&error, ids) = rest.split_first().context("no error code")?;
+            if error != 0 {
+                bail!("the emulated kernel stopped with error {error}");
+            }
+            anyhow::ensure!(ids.len() == passes as usize, "{passes} passes but {} tokens", ids.len());
+            chosen.push(ids.to_vec());
+        }
+        Ok(chosen)
+    }
+}

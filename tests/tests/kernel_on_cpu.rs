@@ -1,0 +1,95 @@
+//! The GPU's sparse chip kernel, compiled for the CPU (`inband_host_runtime::gpu::emulation`:
+//! a block's threads as fibers that switch where they wait on each other), runs programs
+//! with the CPU engine's token streams: the kernel's logic is checked where no GPU is (its
+//! arithmetic and speed are the GPU's, checked by `scripts/gpu-checks.sh`).
+//! Built with `--features cuda` (scripts/test.sh runs it so).
+#![cfg(feature = "cuda")]
+
+use std::path::Path;
+use std::sync::OnceLock;
+
+use inband_chip::rv32im::load::BootLoader;
+use inband_chip::rv32im::tokens::kind;
+use inband_chip::{ChipModel, ChipRunner, ChipToken, MathPath, PassEngine};
+use inband_firmware::{load_elf, Flavor, ProgramImage};
+use inband_host_runtime::gpu::emulation::{EmulatedKernel, Launch};
+use inband_qwen35::presets::Shape;
+use inband_tests::{build, corpus, program_name};
+use inband_weightgen::rv32im::Rv32Chip;
+
+/// The 0.8b chip, as the GPU runs it.
+fn chip() -> &'static ChipModel {
+    static CHIP: OnceLock<ChipModel> = OnceLock::new();
+    CHIP.get_or_init(|| {
+        Rv32Chip::build(&Shape::Qwen0_8b.config())
+            .unwrap()
+            .model(MathPath::Sparse(Default::default()))
+            .unwrap()
+    })
+}
+
+fn image(name: &str) -> ProgramImage {
+    let source = corpus().into_iter().find(|p| program_name(p) == name).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    load_elf(&std::fs::read(build(&source, Flavor::BareMetal, dir.path())).unwrap()).unwrap()
+}
+
+/// `name` booted by loading state, then run to its exit (or `passes`) by `kernel`: its
+/// token ids against the CPU engine's, launch by launch.
+fn same_stream(kernel: &EmulatedKernel, dir: &Path, name: &str, passes: usize) {
+    let chip = chip();
+    let image = image(name);
+    let plan = BootLoader::new(chip).unwrap().plan(&image).unwrap();
+    let tokens = &chip.spec.tokens;
+    let ids = |t: &[ChipToken]| t.iter().map(|t| tokens.encode(t) as u32).collect::<Vec<_>>();
+    let launches = [
+        Launch {
+            inputs: ids(&plan.tail),
+            max_passes: plan.tail.len(),
+            stop_mask: 0,
+        },
+        Launch {
+            inputs: ids(std::slice::from_ref(&plan.entry)),
+            max_passes: passes,
+            stop_mask: 1 << kind::T,
+        },
+    ];
+    let mut cpu = ChipRunner::new(chip).unwrap();
+    cpu.load_state(&plan.rows).unwrap();
+    let expected = [
+        ids(&cpu.passes(&plan.tail, plan.tail.len(), &[]).unwrap()),
+        ids(&cpu
+            .passes(std::slice::from_ref(&plan.entry), passes, &[kind::T])
+            .unwrap()),
+    ];
+    assert_eq!(
+        expected[1].last().map(|&t| tokens.decode(t as usize).unwrap().kind),
+        Some(kind::T)
+    );
+    let got = kernel
+        .run(chip, &plan.rows, &launches, &dir.join(name.replace('/', "_")))
+        .unwrap();
+    assert_eq!(got.len(), expected.len());
+    for (i, (g, e)) in got.iter().zip(&expected).enumerate() {
+        let first = g.iter().zip(e).position(|(a, b)| a != b);
+        assert!(
+            first.is_none() && g.len() == e.len(),
+            "{name}, launch {i}: {} tokens against the CPU engine's {}, first difference at pass {first:?}",
+            g.len(),
+            e.len()
+        );
+    }
+}
+
+/// Programs whose runs take the kernel through every kind of pass the chip has that fits
+/// a test's time (~2,000 passes at ~170 a second): the boot's last passes, fetches across
+/// rows, register writes short and long, loads, stores and line fills, branches, jumps and
+/// links, console output and the exit.
+#[test]
+fn the_emulated_kernel_chooses_the_cpu_engines_tokens() {
+    let dir = tempfile::tempdir().unwrap();
+    let kernel = EmulatedKernel::build(&dir.path().join("build"), 768).unwrap();
+    for name in ["hello", "isa/memory", "isa/branch", "isa/jump", "isa/upper"] {
+        same_stream(&kernel, dir.path(), name, 5_000);
+    }
+}
