@@ -137,6 +137,9 @@ pub struct PieceDigests {
 /// The pieces a pack's files are hashed in: SHA-256 runs at ~1.2 GB/s on one core here,
 /// so the 0.8b tensors file (6.9 GB) took ~6 s of every open as one stream.
 pub const PIECE_BYTES: u64 = 1 << 28;
+/// The smallest pieces a manifest may name (a damaged one is not followed into millions
+/// of hashes).
+const MIN_PIECE_BYTES: u64 = 1 << 20;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Figures {
@@ -313,8 +316,12 @@ fn file_matches(path: &Path, digest: &FileDigest) -> Result<bool, PackError> {
         return Ok(false);
     }
     match &digest.pieces {
-        Some(p) if p.bytes > 0 => Ok(piece_digests(path, bytes, p.bytes)? == p.sha256),
-        _ => Ok(sha256_file(path)?.sha256 == digest.sha256),
+        None => Ok(sha256_file(path)?.sha256 == digest.sha256),
+        // (A damaged manifest's pieces, too small or too few for the file, are no match.)
+        Some(p) if p.bytes >= MIN_PIECE_BYTES && p.sha256.len() as u64 == bytes.div_ceil(p.bytes) => {
+            Ok(piece_digests(path, bytes, p.bytes)? == p.sha256)
+        }
+        Some(_) => Ok(false),
     }
 }
 
@@ -359,10 +366,11 @@ pub fn check_files(dir: &Path, manifest: &Manifest) -> Result<(), PackError> {
 mod tests {
     use super::*;
 
-    /// A file of 10,000 bytes that are not all alike.
+    /// A file of 3.5 pieces of the smallest size a manifest may name, not all alike.
     fn file(dir: &Path) -> (PathBuf, Vec<u8>) {
         let path = dir.join("f");
-        let bytes: Vec<u8> = (0..10_000u32).map(|i| (i * 7 + i / 256) as u8).collect();
+        let n = (MIN_PIECE_BYTES * 7 / 2) as u32;
+        let bytes: Vec<u8> = (0..n).map(|i| (i * 7 + i / 256) as u8).collect();
         std::fs::write(&path, &bytes).unwrap();
         (path, bytes)
     }
@@ -371,12 +379,12 @@ mod tests {
     fn pieces_are_the_hashes_of_consecutive_slices() {
         let dir = tempfile::tempdir().unwrap();
         let (path, bytes) = file(dir.path());
-        let pieces = piece_digests(&path, bytes.len() as u64, 3_000).unwrap();
+        let pieces = piece_digests(&path, bytes.len() as u64, MIN_PIECE_BYTES).unwrap();
         let expected: Vec<String> = bytes
-            .chunks(3_000)
+            .chunks(MIN_PIECE_BYTES as usize)
             .map(|c| format!("{:x}", Sha256::digest(c)))
             .collect();
-        assert_eq!(pieces, expected);
+        assert_eq!((pieces.len(), &pieces), (4, &expected));
         let whole = digest_file(&path).unwrap();
         assert_eq!(whole.sha256, format!("{:x}", Sha256::digest(&bytes)));
         assert_eq!(whole.pieces.unwrap().sha256.len(), 1);
@@ -389,16 +397,19 @@ mod tests {
         let mut digest = sha256_file(&path).unwrap();
         let whole = digest.clone();
         digest.pieces = Some(PieceDigests {
-            bytes: 3_000,
-            sha256: piece_digests(&path, bytes.len() as u64, 3_000).unwrap(),
+            bytes: MIN_PIECE_BYTES,
+            sha256: piece_digests(&path, bytes.len() as u64, MIN_PIECE_BYTES).unwrap(),
         });
         assert!(file_matches(&path, &digest).unwrap());
         assert!(file_matches(&path, &whole).unwrap());
-        bytes[4_321] ^= 1; // inside the second of four pieces
+        bytes[1_500_000] ^= 1; // inside the second of four pieces
         std::fs::write(&path, &bytes).unwrap();
         assert!(!file_matches(&path, &digest).unwrap());
         assert!(!file_matches(&path, &whole).unwrap());
-        bytes[4_321] ^= 1;
+        let mut damaged = digest.clone();
+        damaged.pieces.as_mut().unwrap().bytes = 1;
+        assert!(!file_matches(&path, &damaged).unwrap());
+        bytes[1_500_000] ^= 1;
         bytes.push(0);
         std::fs::write(&path, &bytes).unwrap();
         assert!(!file_matches(&path, &digest).unwrap());
