@@ -51,7 +51,7 @@ struct Thread {
     // passes the thread by until it moves on).
     const unsigned *generation;
     unsigned waiting_at;
-    std::vector<unsigned char> stack;
+    unsigned char *stack;
 };
 
 // One warp's exchange: a slot per lane in two sets (a lane's next exchange uses the other
@@ -145,6 +145,9 @@ extern "C" inline void thread_main() {
 // Runs `body` as a block of `threads` threads (a multiple of 32), to its end.
 inline void run_block(unsigned threads, void (*body)()) {
     const size_t stack_bytes = 256 * 1024;
+    // (The stacks stay allocated from one launch to the next, untouched until used.)
+    static std::vector<unsigned char *> stacks;
+    while (stacks.size() < threads) stacks.push_back(new unsigned char[stack_bytes]);
     block.threads.assign(threads, Thread{});
     block.warps.assign(threads / 32, Warp{});
     block.barrier_count = block.barrier_generation = block.done = 0;
@@ -152,10 +155,10 @@ inline void run_block(unsigned threads, void (*body)()) {
     for (unsigned t = 0; t < threads; t++) {
         Thread &th = block.threads[t];
         th.idx = {t, 0, 0};
-        th.stack.resize(stack_bytes);
+        th.stack = stacks[t];
         // The first switch into a thread pops six saved registers and returns into
         // thread_main, entered as a call is (the stack 8 bytes off a 16-byte boundary).
-        uintptr_t top = (reinterpret_cast<uintptr_t>(th.stack.data()) + stack_bytes) & ~uintptr_t(15);
+        uintptr_t top = (reinterpret_cast<uintptr_t>(th.stack) + stack_bytes) & ~uintptr_t(15);
         void **sp = reinterpret_cast<void **>(top);
         *--sp = nullptr;
         *--sp = reinterpret_cast<void *>(&thread_main);
