@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 struct uint2 { unsigned x, y; };
@@ -142,6 +143,27 @@ extern "C" inline void thread_main() {
     for (;;) yield();
 }
 
+// The order the scheduler runs the threads in, each time round (`set_schedule`): the
+// threads in order, the other way round, or shuffled from a seed. Where a kernel's result
+// depends on it, two threads touch the same data with no barrier between them.
+inline unsigned long long schedule = 0; // 0: in order, 1: reversed, else a shuffle's seed
+
+inline void set_schedule(unsigned long long s) { schedule = s; }
+
+inline void reorder(std::vector<unsigned> &order) {
+    if (schedule == 0) return;
+    if (schedule == 1) {
+        for (size_t i = 0; i < order.size(); i++) order[i] = unsigned(order.size() - 1 - i);
+        return;
+    }
+    for (size_t i = order.size() - 1; i > 0; i--) { // Fisher-Yates with xorshift64
+        schedule ^= schedule << 13;
+        schedule ^= schedule >> 7;
+        schedule ^= schedule << 17;
+        std::swap(order[i], order[schedule % (i + 1)]);
+    }
+}
+
 // Runs `body` as a block of `threads` threads (a multiple of 32), to its end.
 inline void run_block(unsigned threads, void (*body)()) {
     const size_t stack_bytes = 256 * 1024;
@@ -165,9 +187,13 @@ inline void run_block(unsigned threads, void (*body)()) {
         for (int r = 0; r < 6; r++) *--sp = nullptr;
         th.context.sp = sp;
     }
+    std::vector<unsigned> order(threads);
+    for (unsigned t = 0; t < threads; t++) order[t] = t;
     while (block.done < threads) {
         bool ran = false;
-        for (Thread &th : block.threads) {
+        reorder(order);
+        for (unsigned t : order) {
+            Thread &th = block.threads[t];
             if (th.done || (th.generation && *th.generation == th.waiting_at)) continue;
             current = &th;
             ran = true;

@@ -3,9 +3,12 @@
 // and prints each launch's chosen tokens: `gpu::emulation` writes the inputs and reads
 // the answer.
 //
-//   run_kernel DIR    DIR: dims, layers, i, e, w, s (little-endian words), shared (the
+//   run_kernel DIR [SCHEDULE]
+//                     DIR: dims, layers, i, e, w, s (little-endian words), shared (the
 //                     dynamic shared memory's bytes, decimal), launches (a line each:
-//                     n_inputs max_passes stop_mask and the input token ids)
+//                     n_inputs max_passes stop_mask and the input token ids); SCHEDULE:
+//                     the threads' order (0 in order, the default; 1 reversed; else a
+//                     seed they are shuffled from each time round)
 //   prints a line per launch: passes done, error code, the chosen token ids
 #include "cuda_on_cpu.hpp"
 #include KERNEL_FILE
@@ -48,10 +51,11 @@ static void kernel_body() {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 2) {
-        std::fprintf(stderr, "usage: run_kernel DIR\n");
+    if (argc != 2 && argc != 3) {
+        std::fprintf(stderr, "usage: run_kernel DIR [SCHEDULE]\n");
         return 2;
     }
+    if (argc == 3) emu::set_schedule(std::stoull(argv[2]));
     std::string dir = argv[1];
     auto dims = read_array<Dims>(dir + "/dims");
     auto layers = read_array<unsigned>(dir + "/layers");

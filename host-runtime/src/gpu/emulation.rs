@@ -26,6 +26,17 @@ pub struct Launch {
     pub stop_mask: u32,
 }
 
+/// The order the emulator's scheduler takes a block's threads in, each time round: a
+/// kernel whose tokens depend on it has two threads touching the same data with no
+/// barrier between them (the GPU's interleavings differ from run to run).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Schedule {
+    InOrder,
+    Reversed,
+    /// Shuffled from this seed (2 or more).
+    Shuffled(u64),
+}
+
 /// The sparse kernel (the built-in one, or `INBAND_KERNEL_SOURCE`'s, with
 /// `INBAND_KERNEL_OPTIONS`), compiled for the CPU.
 pub struct EmulatedKernel {
@@ -70,14 +81,15 @@ impl EmulatedKernel {
     }
 
     /// Runs `launches` one after another on one machine of `chip` whose GDN memories hold
-    /// `rows` (a boot by loading state), its files in `dir`; returns each launch's chosen
-    /// token ids.
+    /// `rows` (a boot by loading state), its files in `dir`, its threads taken in the
+    /// order `schedule` says; returns each launch's chosen token ids.
     pub fn run(
         &self,
         chip: &ChipModel,
         rows: &[MemoryRow],
         launches: &[Launch],
         dir: &Path,
+        schedule: Schedule,
     ) -> anyhow::Result<Vec<Vec<u32>>> {
         let KernelInputs {
             mut d,
@@ -130,8 +142,14 @@ impl EmulatedKernel {
         ] {
             std::fs::write(dir.join(name), bytes).with_context(|| format!("writing {name}"))?;
         }
+        let schedule = match schedule {
+            Schedule::InOrder => 0,
+            Schedule::Reversed => 1,
+            Schedule::Shuffled(seed) => seed.max(2),
+        };
         let out = Command::new(&self.binary)
             .arg(dir)
+            .arg(schedule.to_string())
             .output()
             .context("running the emulated kernel")?;
         if !out.status.success() {
