@@ -2,7 +2,7 @@
 //! compiler against `host-runtime/emulator/cuda_on_cpu.hpp` (a block's threads as fibers
 //! that switch where they wait on each other), on the tables [`KernelInputs`] builds for
 //! the GPU. It tests the kernel's logic where no GPU is: the machine's token stream must
-//! be the CPU engine's (`tests/kernel_on_cpu.rs`). Speed is not its business.
+//! be the CPU engine's (`tests/tests/kernel_on_cpu.rs`). Speed is not its business.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -48,10 +48,14 @@ impl EmulatedKernel {
     pub fn build(dir: &Path, threads: u32) -> anyhow::Result<Self> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         // A block's `extern __shared__` array is the runner's buffer.
-        let source = kernel_source(Kernel::Sparse)?.replace(
-            "extern __shared__ float4 sh4[];",
-            "float4 *sh4 = emu::dynamic_shared<float4>();",
-        );
+        const DYNAMIC: &str = "extern __shared__ float4 sh4[];";
+        let source = kernel_source(Kernel::Sparse)?;
+        if !source.contains(DYNAMIC) {
+            bail!(
+                "the kernel declares its dynamic shared memory otherwise than `{DYNAMIC}`, which the emulator replaces"
+            );
+        }
+        let source = source.replace(DYNAMIC, "float4 *sh4 = emu::dynamic_shared<float4>();");
         for (name, text) in [
             ("kernel.cu", &source[..]),
             ("cuda_on_cpu.hpp", HEADER),
@@ -103,32 +107,12 @@ impl EmulatedKernel {
         };
         // Every resident word in shared memory (the 0.8b shape's on the GPU).
         d.resident_words = tables.resident.words.len() as u32;
-        let mut s = vec![0.0f32; d.state_floats as usize];
-        let c = &chip.config;
-        let (starts, images) = recurrent_images(
-            rows,
-            &tables.recurrent,
-            c.linear_num_value_heads,
-            c.linear_key_head_dim,
-            c.linear_value_head_dim,
-        )?;
-        let layer_floats = images.len() / starts.len().max(1);
-        for (image, start) in images.chunks(layer_floats.max(1)).zip(starts) {
-            s[start..start + image.len()].copy_from_slice(image);
-        }
+        let s = booted_state(chip, d.state_floats as usize, &tables.recurrent, rows)?;
         let words = |v: &[u32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
         let floats = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
         // SAFETY: Dims is a repr(C) struct of 4-byte fields, read as its bytes.
         let dims = unsafe { std::slice::from_raw_parts(&d as *const _ as *const u8, std::mem::size_of_val(&d)) };
         let shared = (fixed_floats + tables.resident.words.len()) * 4;
-        let mut text = String::new();
-        for l in launches {
-            let _ = write!(text, "{} {} {}", l.inputs.len(), l.max_passes, l.stop_mask);
-            l.inputs.iter().for_each(|t| {
-                let _ = write!(text, " {t}");
-            });
-            text.push('\n');
-        }
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         for (name, bytes) in [
             ("dims", dims.to_vec()),
@@ -138,7 +122,7 @@ impl EmulatedKernel {
             ("w", floats(&f.w)),
             ("s", floats(&s)),
             ("shared", shared.to_string().into_bytes()),
-            ("launches", text.into_bytes()),
+            ("launches", launches_text(launches).into_bytes()),
         ] {
             std::fs::write(dir.join(name), bytes).with_context(|| format!("writing {name}"))?;
         }
@@ -159,17 +143,48 @@ impl EmulatedKernel {
                 String::from_utf8_lossy(&out.stderr)
             );
         }
-        let mut chosen = Vec::new();
-        for line in String::from_utf8_lossy(&out.stdout).lines() {
-            let v: Vec<u32> = line.split_whitespace().map(|w| w.parse()).collect::<Result<_, _>>()?;
-            let (&passes, rest) = v.split_first().context("an empty line")?;
-            let (&error, ids) = rest.split_first().context("no error code")?;
-            if error != 0 {
-                bail!("the emulated kernel stopped with error {error}");
-            }
-            anyhow::ensure!(ids.len() == passes as usize, "{passes} passes but {} tokens", ids.len());
-            chosen.push(ids.to_vec());
-        }
-        Ok(chosen)
+        chosen_tokens(&String::from_utf8_lossy(&out.stdout))
     }
+}
+
+/// One machine's state floats (`len`), its GDN memories holding `rows` (each layer's
+/// recurrent state starting at `recurrent`), zero elsewhere.
+fn booted_state(chip: &ChipModel, len: usize, recurrent: &[u32], rows: &[MemoryRow]) -> anyhow::Result<Vec<f32>> {
+    let c = &chip.config;
+    let (hv, dk, dv) = (c.linear_num_value_heads, c.linear_key_head_dim, c.linear_value_head_dim);
+    let (starts, images) = recurrent_images(rows, recurrent, hv, dk, dv)?;
+    let mut s = vec![0.0f32; len];
+    for (image, start) in images.chunks(hv * dk * dv).zip(starts) {
+        s[start..start + image.len()].copy_from_slice(image);
+    }
+    Ok(s)
+}
+
+/// The runner's `launches` file: a line each.
+fn launches_text(launches: &[Launch]) -> String {
+    let mut text = String::new();
+    for l in launches {
+        let _ = write!(text, "{} {} {}", l.inputs.len(), l.max_passes, l.stop_mask);
+        for t in &l.inputs {
+            let _ = write!(text, " {t}");
+        }
+        text.push('\n');
+    }
+    text
+}
+
+/// Each launch's chosen token ids, from the runner's lines (passes, error code, ids).
+fn chosen_tokens(output: &str) -> anyhow::Result<Vec<Vec<u32>>> {
+    let mut chosen = Vec::new();
+    for line in output.lines() {
+        let v: Vec<u32> = line.split_whitespace().map(|w| w.parse()).collect::<Result<_, _>>()?;
+        let (&passes, rest) = v.split_first().context("an empty line")?;
+        let (&error, ids) = rest.split_first().context("no error code")?;
+        if error != 0 {
+            bail!("the emulated kernel stopped with error {error}");
+        }
+        anyhow::ensure!(ids.len() == passes as usize, "{passes} passes but {} tokens", ids.len());
+        chosen.push(ids.to_vec());
+    }
+    Ok(chosen)
 }
