@@ -10,8 +10,20 @@ pub mod fuzz;
 
 use std::path::{Path, PathBuf};
 
+use inband_chip::{ChipModel, MathPath};
 use inband_firmware::{load_elf, BuildOptions, Flavor, Libc, Toolchain};
 use inband_golden::{qemu, ArchState, Environment, Machine, RunEnd};
+use inband_qwen35::presets::Shape;
+use inband_weightgen::rv32im::Rv32Chip;
+
+/// The RV32IM chip compiled for `shape`, as a host drives it (the sparse path of the
+/// layer math); each suite keeps its own in a `OnceLock`.
+pub fn rv32_chip(shape: Shape) -> ChipModel {
+    Rv32Chip::build(&shape.config())
+        .expect("the chip compiles")
+        .model(MathPath::Sparse(Default::default()))
+        .expect("the chip's sparse layers")
+}
 
 /// The examples and our ISA tests (the programs every suite runs; see also
 /// [`kernel_programs`] and [`picolibc_programs`]).

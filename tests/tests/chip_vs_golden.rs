@@ -9,22 +9,16 @@ use std::sync::OnceLock;
 use inband_chip::rv32im::classes::InstructionClass;
 use inband_chip::rv32im::load::BootLoader;
 use inband_chip::rv32im::machine::{boot_tokens, boot_tokens_with, ChipMachine, PassCause, RunCounts};
-use inband_chip::{ChipModel, ChipRunner, ChipToken, MathPath, PassEngine};
+use inband_chip::{ChipModel, ChipRunner, ChipToken, PassEngine};
 use inband_firmware::{load_elf, Flavor, ProgramImage};
 use inband_golden::{Environment, Machine, RunEnd};
 use inband_qwen35::presets::Shape;
-use inband_tests::{build, corpus, fuzz, program_name};
-use inband_weightgen::rv32im::Rv32Chip;
+use inband_tests::{build, corpus, fuzz, program_name, rv32_chip};
 
 /// The chip compiled for the 0.8b shape, as a host drives it (sparse path).
 fn chip() -> &'static ChipModel {
     static CHIP: OnceLock<ChipModel> = OnceLock::new();
-    CHIP.get_or_init(|| {
-        Rv32Chip::build(&Shape::Qwen0_8b.config())
-            .expect("the chip compiles")
-            .model(MathPath::Sparse(Default::default()))
-            .expect("the chip's sparse layers")
-    })
+    CHIP.get_or_init(|| rv32_chip(Shape::Qwen0_8b))
 }
 
 fn image_of(source: &Path) -> ProgramImage {

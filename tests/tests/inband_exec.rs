@@ -2,13 +2,12 @@
 //! regions a "model" writes are run in the chip and their results injected; Qwen's own
 //! caches and states end exactly as in the same generation with the VM never run.
 
-use inband_chip::MathPath;
 use inband_host_runtime::inband::{Executor, Region};
 use inband_host_runtime::text::{Generation, Sampling, TextModel};
 use inband_host_runtime::vm::Device;
 use inband_model_surgery::synth::{synth, SynthOptions};
 use inband_qwen35::presets::Shape;
-use inband_weightgen::rv32im::Rv32Chip;
+use inband_tests::rv32_chip;
 
 const FORCED: &str = "Let me compute that: [C: 847*293] and run a program:\n```c\n#include <stdio.h>\n\
 int main(void) { printf(\"%d\\n\", 6 * 7); return 0; }\n```\nAnd [C: nope] fails.";
@@ -47,10 +46,7 @@ fn code_regions_run_in_the_chip_and_qwen_state_is_untouched() {
     synth(&options, &dir, &mut |_, _| {}).unwrap();
     let mut model = TextModel::open(&dir, device("TEXT")).unwrap();
     model.all_logits = true;
-    let chip = Rv32Chip::build(&Shape::Tiny.config())
-        .unwrap()
-        .model(MathPath::Sparse(Default::default()))
-        .unwrap();
+    let chip = rv32_chip(Shape::Tiny);
     let executor = Executor {
         chip: &chip,
         device: device("VM"),

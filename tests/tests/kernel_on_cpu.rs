@@ -10,22 +10,16 @@ use std::sync::OnceLock;
 
 use inband_chip::rv32im::load::BootLoader;
 use inband_chip::rv32im::tokens::kind;
-use inband_chip::{ChipModel, ChipRunner, ChipToken, MathPath, PassEngine};
+use inband_chip::{ChipModel, ChipRunner, ChipToken, PassEngine};
 use inband_firmware::{load_elf, Flavor, ProgramImage};
 use inband_host_runtime::gpu::emulation::{EmulatedKernel, Launch, Schedule};
 use inband_qwen35::presets::Shape;
-use inband_tests::{build, corpus, program_name};
-use inband_weightgen::rv32im::Rv32Chip;
+use inband_tests::{build, corpus, program_name, rv32_chip};
 
 /// The 0.8b chip, as the GPU runs it.
 fn chip() -> &'static ChipModel {
     static CHIP: OnceLock<ChipModel> = OnceLock::new();
-    CHIP.get_or_init(|| {
-        Rv32Chip::build(&Shape::Qwen0_8b.config())
-            .unwrap()
-            .model(MathPath::Sparse(Default::default()))
-            .unwrap()
-    })
+    CHIP.get_or_init(|| rv32_chip(Shape::Qwen0_8b))
 }
 
 fn image(name: &str) -> ProgramImage {

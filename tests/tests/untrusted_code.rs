@@ -7,22 +7,17 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use inband_chip::{ChipModel, MathPath};
+use inband_chip::ChipModel;
 use inband_firmware::sandbox::REGION_LIMITS;
 use inband_firmware::{Flavor, Toolchain};
 use inband_host_runtime::inband::{Executor, Region};
 use inband_host_runtime::vm::{Device, Limits};
 use inband_qwen35::presets::Shape;
-use inband_weightgen::rv32im::Rv32Chip;
+use inband_tests::rv32_chip;
 
 fn chip() -> &'static ChipModel {
     static CHIP: OnceLock<ChipModel> = OnceLock::new();
-    CHIP.get_or_init(|| {
-        Rv32Chip::build(&Shape::Tiny.config())
-            .unwrap()
-            .model(MathPath::Sparse(Default::default()))
-            .unwrap()
-    })
+    CHIP.get_or_init(|| rv32_chip(Shape::Tiny))
 }
 
 fn toolchain() -> Toolchain {
