@@ -3,10 +3,11 @@
 // and prints each launch's chosen tokens: `gpu::emulation` writes the inputs and reads
 // the answer.
 //
-//   run_kernel DIR [SCHEDULE]
-//                     DIR: dims, layers, i, e, w, s (little-endian words), shared (the
-//                     dynamic shared memory's bytes, decimal), launches (a line each:
-//                     n_inputs max_passes stop_mask and the input token ids); SCHEDULE:
+//   run_kernel CHIP RUN [SCHEDULE]
+//                     CHIP: dims, layers, i, e, w (little-endian words), shared (the
+//                     dynamic shared memory's bytes, decimal); RUN: s (the machine's
+//                     state floats), launches (a line each: n_inputs max_passes
+//                     stop_mask and the input token ids); SCHEDULE:
 //                     the threads' order (0 in order, the default; 1 reversed; else a
 //                     seed they are shuffled from each time round)
 //   prints a line per launch: passes done, error code, the chosen token ids
@@ -51,24 +52,24 @@ static void kernel_body() {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 2 && argc != 3) {
-        std::fprintf(stderr, "usage: run_kernel DIR [SCHEDULE]\n");
+    if (argc != 3 && argc != 4) {
+        std::fprintf(stderr, "usage: run_kernel CHIP RUN [SCHEDULE]\n");
         return 2;
     }
-    if (argc == 3) emu::set_schedule(std::stoull(argv[2]));
-    std::string dir = argv[1];
+    if (argc == 4) emu::set_schedule(std::stoull(argv[3]));
+    std::string dir = argv[1], run = argv[2];
     auto dims = read_array<Dims>(dir + "/dims");
     auto layers = read_array<unsigned>(dir + "/layers");
     auto i = read_array<unsigned>(dir + "/i");
     auto e = read_array<uint2>(dir + "/e");
     auto w = read_array<float>(dir + "/w");
-    auto s = read_array<float>(dir + "/s");
-    unsigned long shared = std::stoul(std::string(reinterpret_cast<const char *>(read_file(dir + "/shared").data()),
-                                                  read_file(dir + "/shared").size()));
+    auto s = read_array<float>(run + "/s");
+    auto shared_text = read_file(dir + "/shared");
+    unsigned long shared = std::stoul(std::string(shared_text.begin(), shared_text.end()));
     // (16 more bytes: the kernel reads float4s from its start.)
     emu::dynamic_shared_bytes.assign(shared + 16, 0);
     std::vector<unsigned> ctl(4, 0);
-    std::ifstream launches(dir + "/launches");
+    std::ifstream launches(run + "/launches");
     std::string line;
     while (std::getline(launches, line)) {
         std::istringstream words(line);

@@ -82,7 +82,7 @@ fn same_stream(kernel: &EmulatedKernel, dir: &Path, name: &str, passes: usize, s
 #[test]
 fn the_emulated_kernel_chooses_the_cpu_engines_tokens() {
     let dir = tempfile::tempdir().unwrap();
-    let kernel = EmulatedKernel::build(&dir.path().join("build"), 768).unwrap();
+    let kernel = EmulatedKernel::build(&dir.path().join("build"), 768, chip()).unwrap();
     for name in ["hello", "isa/memory", "isa/branch", "isa/jump", "isa/upper"] {
         same_stream(&kernel, dir.path(), name, 5_000, Schedule::InOrder);
     }
@@ -94,7 +94,7 @@ fn the_emulated_kernel_chooses_the_cpu_engines_tokens() {
 #[test]
 fn the_emulated_kernels_tokens_do_not_hang_on_its_threads_order() {
     let dir = tempfile::tempdir().unwrap();
-    let kernel = EmulatedKernel::build(&dir.path().join("build"), 768).unwrap();
+    let kernel = EmulatedKernel::build(&dir.path().join("build"), 768, chip()).unwrap();
     for schedule in [Schedule::Reversed, Schedule::Shuffled(31)] {
         same_stream(&kernel, dir.path(), "hello", 5_000, schedule);
     }

@@ -38,14 +38,19 @@ pub enum Schedule {
 }
 
 /// The sparse kernel (the built-in one, or `INBAND_KERNEL_SOURCE`'s, with
-/// `INBAND_KERNEL_OPTIONS`), compiled for the CPU.
+/// `INBAND_KERNEL_OPTIONS`), compiled for the CPU, with the tables of the chip it runs.
 pub struct EmulatedKernel {
-    binary: PathBuf,
+    /// The compiled runner and, beside it, the chip's tables.
+    dir: PathBuf,
+    /// One machine's state floats, and where each layer's recurrent state starts.
+    state_floats: usize,
+    recurrent: Vec<u32>,
 }
 
 impl EmulatedKernel {
-    /// Compiles the kernel for blocks of `threads` into `dir` with `c++` (g++ or clang++).
-    pub fn build(dir: &Path, threads: u32) -> anyhow::Result<Self> {
+    /// Compiles the kernel for blocks of `threads` into `dir` with `c++` (g++ or clang++)
+    /// and writes `chip`'s tables beside it.
+    pub fn build(dir: &Path, threads: u32, chip: &ChipModel) -> anyhow::Result<Self> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         // A block's `extern __shared__` array is the runner's buffer.
         const DYNAMIC: &str = "extern __shared__ float4 sh4[];";
@@ -81,11 +86,16 @@ impl EmulatedKernel {
                 String::from_utf8_lossy(&out.stderr)
             );
         }
-        Ok(Self { binary })
+        let (state_floats, recurrent) = write_tables(chip, dir)?;
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            state_floats,
+            recurrent,
+        })
     }
 
-    /// Runs `launches` one after another on one machine of `chip` whose GDN memories hold
-    /// `rows` (a boot by loading state), its files in `dir`, its threads taken in the
+    /// Runs `launches` one after another on one machine of the chip whose GDN memories
+    /// hold `rows` (a boot by loading state), its files in `dir`, its threads taken in the
     /// order `schedule` says; returns each launch's chosen token ids.
     pub fn run(
         &self,
@@ -95,35 +105,9 @@ impl EmulatedKernel {
         dir: &Path,
         schedule: Schedule,
     ) -> anyhow::Result<Vec<Vec<u32>>> {
-        let KernelInputs {
-            mut d,
-            tables,
-            f,
-            entries,
-            fixed_floats,
-        } = KernelInputs::of(chip, Kernel::Sparse)?;
-        let EntriesHost::Csc(entries) = entries else {
-            bail!("the sparse kernel's entries are CSC pairs")
-        };
-        // Every resident word in shared memory (the 0.8b shape's on the GPU).
-        d.resident_words = tables.resident.words.len() as u32;
-        let s = booted_state(chip, d.state_floats as usize, &tables.recurrent, rows)?;
-        let words = |v: &[u32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
-        let floats = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
-        // SAFETY: Dims is a repr(C) struct of 4-byte fields, read as its bytes.
-        let dims = unsafe { std::slice::from_raw_parts(&d as *const _ as *const u8, std::mem::size_of_val(&d)) };
-        let shared = (fixed_floats + tables.resident.words.len()) * 4;
+        let s = booted_state(chip, self.state_floats, &self.recurrent, rows)?;
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        for (name, bytes) in [
-            ("dims", dims.to_vec()),
-            ("layers", words(&tables.words)),
-            ("i", words(&f.i)),
-            ("e", words(&entries.pairs)),
-            ("w", floats(&f.w)),
-            ("s", floats(&s)),
-            ("shared", shared.to_string().into_bytes()),
-            ("launches", launches_text(launches).into_bytes()),
-        ] {
+        for (name, bytes) in [("s", floats(&s)), ("launches", launches_text(launches).into_bytes())] {
             std::fs::write(dir.join(name), bytes).with_context(|| format!("writing {name}"))?;
         }
         let schedule = match schedule {
@@ -131,7 +115,8 @@ impl EmulatedKernel {
             Schedule::Reversed => 1,
             Schedule::Shuffled(seed) => seed.max(2),
         };
-        let out = Command::new(&self.binary)
+        let out = Command::new(self.dir.join("run_kernel"))
+            .arg(&self.dir)
             .arg(dir)
             .arg(schedule.to_string())
             .output()
@@ -145,6 +130,46 @@ impl EmulatedKernel {
         }
         chosen_tokens(&String::from_utf8_lossy(&out.stdout))
     }
+}
+
+/// Writes what the kernel reads of `chip` into `dir` (dims, layers, i, e, w: little-endian
+/// words; shared: its dynamic shared memory's bytes, every resident word in it, as the
+/// 0.8b shape has on the GPU); returns one machine's state floats and where each layer's
+/// recurrent state starts.
+fn write_tables(chip: &ChipModel, dir: &Path) -> anyhow::Result<(usize, Vec<u32>)> {
+    let KernelInputs {
+        mut d,
+        tables,
+        f,
+        entries,
+        fixed_floats,
+    } = KernelInputs::of(chip, Kernel::Sparse)?;
+    let EntriesHost::Csc(entries) = entries else {
+        bail!("the sparse kernel's entries are CSC pairs")
+    };
+    d.resident_words = tables.resident.words.len() as u32;
+    // SAFETY: Dims is a repr(C) struct of 4-byte fields, read as its bytes.
+    let dims = unsafe { std::slice::from_raw_parts(&d as *const _ as *const u8, std::mem::size_of_val(&d)) };
+    let shared = (fixed_floats + tables.resident.words.len()) * 4;
+    for (name, bytes) in [
+        ("dims", dims.to_vec()),
+        ("layers", words(&tables.words)),
+        ("i", words(&f.i)),
+        ("e", words(&entries.pairs)),
+        ("w", floats(&f.w)),
+        ("shared", shared.to_string().into_bytes()),
+    ] {
+        std::fs::write(dir.join(name), bytes).with_context(|| format!("writing {name}"))?;
+    }
+    Ok((d.state_floats as usize, tables.recurrent))
+}
+
+fn words(v: &[u32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn floats(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
 /// One machine's state floats (`len`), its GDN memories holding `rows` (each layer's
