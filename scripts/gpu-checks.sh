@@ -104,10 +104,13 @@ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader >
 SECTIONS=("${@:2}")
 [ ${#SECTIONS[@]} -eq 0 ] && SECTIONS=(checkpoint trace transformers text generate speed bench verify examples)
 # The chip the sections run: the spliced checkpoint's, else the pack's (see chip_args).
-M=(--engine chip --model "$W/spliced" --device cuda)
+# Chosen again before each section: a section before the checkpoint's (a warm machine
+# keeps an earlier call's pack) must not hold the sections after it to the pack.
 chip_args() {
     if [ ! -f "$W/spliced/config.json" ] && [ -f "$W/pack/manifest.json" ]; then
         M=(--engine chip --chip "$W/pack" --device cuda)
+    else
+        M=(--engine chip --model "$W/spliced" --device cuda)
     fi
 }
 # The carried RISC-V compiler (scripts/build-gpu.sh) for in-band execution, with the
@@ -128,7 +131,8 @@ for section in "${SECTIONS[@]}"; do
             continue
         fi
         step 120 $B/weight-surgery synth --shape 0.8b --out "$W/base"
-        step 120 $B/weightgen --shape 0.8b --out "$W/pack"
+        # (An earlier call's pack, kept by a warm machine, is this binary's chip too.)
+        [ -f "$W/pack/manifest.json" ] || step 120 $B/weightgen --shape 0.8b --out "$W/pack"
         step 120 $B/weight-surgery splice --base "$W/base" --chip "$W/pack" --out "$W/spliced"
         step 60 $B/weight-surgery inspect "$W/spliced"
         ;;
