@@ -130,8 +130,9 @@ for section in "${SECTIONS[@]}"; do
             echo "   reusing $W/spliced" >>"$LOG"
             continue
         fi
-        step 120 $B/weight-surgery synth --shape 0.8b --out "$W/base"
-        # (An earlier call's pack, kept by a warm machine, is this binary's chip too.)
+        # (An earlier call's base and pack, kept by a warm machine, are this binary's too:
+        # both commands refuse an existing folder.)
+        [ -f "$W/base/config.json" ] || step 120 $B/weight-surgery synth --shape 0.8b --out "$W/base"
         [ -f "$W/pack/manifest.json" ] || step 120 $B/weightgen --shape 0.8b --out "$W/pack"
         step 120 $B/weight-surgery splice --base "$W/base" --chip "$W/pack" --out "$W/spliced"
         step 60 $B/weight-surgery inspect "$W/spliced"
