@@ -60,7 +60,7 @@ cd "$(dirname "$0")/.."
 LIMIT=${1:-540}
 OUT=${OUT:-/tmp/inband-gpu-out}
 W=${WORK:-/tmp/inband-gpu}
-B=.gpu/bin
+B=${BIN:-.gpu/bin} # (BIN: another build's binaries, e.g. the kernel before a change)
 E=.gpu/elf
 mkdir -p "$OUT" "$W"
 LOG="$OUT/log"

@@ -22,6 +22,16 @@ fn chip() -> &'static ChipModel {
     CHIP.get_or_init(|| rv32_chip(Shape::Qwen0_8b))
 }
 
+/// The kernel compiled once for both tests (a compile takes ~10 s), into cargo's folder
+/// for integration tests' files (compiled again by every run of the tests).
+fn kernel() -> &'static EmulatedKernel {
+    static KERNEL: OnceLock<EmulatedKernel> = OnceLock::new();
+    KERNEL.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("kernel_on_cpu");
+        EmulatedKernel::build(&dir, 768, chip()).unwrap()
+    })
+}
+
 fn image(name: &str) -> ProgramImage {
     let source = corpus().into_iter().find(|p| program_name(p) == name).unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -82,9 +92,8 @@ fn same_stream(kernel: &EmulatedKernel, dir: &Path, name: &str, passes: usize, s
 #[test]
 fn the_emulated_kernel_chooses_the_cpu_engines_tokens() {
     let dir = tempfile::tempdir().unwrap();
-    let kernel = EmulatedKernel::build(&dir.path().join("build"), 768, chip()).unwrap();
     for name in ["hello", "isa/memory", "isa/branch", "isa/jump", "isa/upper"] {
-        same_stream(&kernel, dir.path(), name, 5_000, Schedule::InOrder);
+        same_stream(kernel(), dir.path(), name, 5_000, Schedule::InOrder);
     }
 }
 
@@ -94,8 +103,7 @@ fn the_emulated_kernel_chooses_the_cpu_engines_tokens() {
 #[test]
 fn the_emulated_kernels_tokens_do_not_hang_on_its_threads_order() {
     let dir = tempfile::tempdir().unwrap();
-    let kernel = EmulatedKernel::build(&dir.path().join("build"), 768, chip()).unwrap();
     for schedule in [Schedule::Reversed, Schedule::Shuffled(31)] {
-        same_stream(&kernel, dir.path(), "hello", 5_000, schedule);
+        same_stream(kernel(), dir.path(), "hello", 5_000, schedule);
     }
 }
