@@ -48,6 +48,9 @@ struct Dims {
     // The activation-sparse kernel only: its tables in shared memory (I words at
     // resident_at, float4 palette entries at W's palette_at), copied in once a launch.
     unsigned resident_at, resident_words, palette_at, palettes;
+    // The sparse kernel only: 1 where shared memory also holds each residual dim's readers
+    // bits (after the resident words), which let it leave out layers no signal reaches.
+    unsigned readers;
 };
 
 // One machine's work in a launch, one block each (mirrored by `SlotWork` in gpu/mod.rs):

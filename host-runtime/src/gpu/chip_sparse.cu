@@ -22,7 +22,11 @@
 //     taken normalised from the host where nothing reached them and they are constant
 //     (`pc_base`, the latch); a neuron no signal can reach is constant, its share of down
 //     precomputed, and one no signal reached on this pass is at rest (adds nothing), its
-//     record not loaded.
+//     record not loaded;
+//   - a layer whose heads do nothing while their input rows are zero (the ROM's, the
+//     memory ports') is left out on a pass where no listed dim has a column in its input
+//     projections: its input scatter and heads phase with their barriers (each dim's
+//     `readers` bits, gathered as dims are listed, make that one load).
 // Sums are added in another order than the CPU's. Most of the chip's terms are integers
 // inside fp32's exact range, but not all: silu's tails leave small non-integer terms (the
 // residual's last bits can differ from the CPU's; the token choice has margins), and a
@@ -187,9 +191,18 @@ __device__ __forceinline__ unsigned spread(unsigned r) { return r + (r >> 7); }
 #define SPREAD_ROWS(n) ((n) + ((n) >> 7) + 1)
 
 // The residual's nonzero dims past the anchors are kept as a list, grown as dims are
-// written (no scan of the residual): `dirty` has a bit per dim that is listed.
+// written (no scan of the residual): `dirty` has a bit per dim that is listed. Where
+// shared memory holds them (the 0.8b shape), `readers` has a byte per dim: bit k set
+// where the k-th of the layers that may be left out (at most 8; see `chip_passes`) has a
+// column of that dim in its input projections; `reach` gathers the bits of the dims
+// listed this pass, so whether any listed dim reaches such a layer is one load instead of
+// a scan of the list. (A byte, not a bit per layer: with 16 bits a dim the 0.8b block's
+// shared memory was 1.3 KB short.)
 struct Listing {
     unsigned *dirty, *cols, *count, *flag;
+    const unsigned char *readers; // where not resident, one zero byte: dim r's bits are
+    unsigned readers_mask;        // readers[r & readers_mask] (no branch at every mark)
+    unsigned *reach;
 };
 
 // Lists residual dim r, once per pass, as it is written.
@@ -200,6 +213,8 @@ __device__ __forceinline__ void mark(const Listing &z, unsigned r) {
     unsigned at = atomicAdd(z.count, 1u);
     if (at < NZ_CAP) z.cols[at] = r;
     else *z.flag = ERR_TOO_MANY_NONZEROS;
+    unsigned m = z.readers[r & z.readers_mask];
+    if (m & ~*z.reach) atomicOr(z.reach, m);
 }
 
 // out[row] += weight * x for every entry of the listed dims' columns, x the normed input
@@ -649,6 +664,8 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
     unsigned *dirty = nz_cols + NZ_CAP;                  // (width + 31) / 32: the listed dims' bits
     Layer *layers = (Layer *)(dirty + (d.width + 31) / 32); // d.layers
     unsigned *res = (unsigned *)(layers + d.layers);      // d.resident_words: the resident codes
+    // (d.width bytes): each dim's readers bits (`Listing`), where d.readers says they fit.
+    unsigned char *readers = d.readers ? (unsigned char *)(res + d.resident_words) : nullptr;
     // Each layer's heads-table entries and every value head's parameters.
     __shared__ unsigned heads_sh[MAX_LAYERS * 32];
     __shared__ float4 params_sh[MAX_LAYERS * 32];
@@ -658,7 +675,12 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
     // in chunk_n[0], gate/up's in chunk_n[1]; each scatter zeroes the other's length.
     __shared__ uint2 chunk_sh[CHUNK_CAP];
     __shared__ unsigned chunk_n[2];
-    const Listing z = {dirty, nz_cols, &nz_count, &error_sh};
+    // The layers that may be left out (a bit each, by layer), and the readers bits of the
+    // dims listed this pass (a bit each, by the layer's rank among those).
+    __shared__ unsigned gateable_sh, reach_sh;
+    __shared__ unsigned char no_readers;
+    const Listing z = {dirty, nz_cols, &nz_count, &error_sh, readers ? readers : &no_readers, readers ? ~0u : 0u,
+                       &reach_sh};
 
     // Tables; the residual holds only the anchors, which no layer writes (and which are
     // never listed); every other buffer starts zeroed, and each phase zeroes what it consumed.
@@ -674,14 +696,18 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
     for (unsigned i = threadIdx.x; i < d.width + d.delayed + SPREAD_ROWS(d.scratch) + d.act; i += THREADS)
         hidden[i] = 0.0f;
     for (unsigned i = threadIdx.x; i < (d.width + 31) / 32; i += THREADS) dirty[i] = 0;
-    if (threadIdx.x == 0) error_sh = nz_count = chunk_n[0] = chunk_n[1] = 0;
+    if (threadIdx.x == 0) error_sh = nz_count = chunk_n[0] = chunk_n[1] = reach_sh = no_readers = 0;
 #ifdef PROFILE
     // Thread 0's cycles per (layer, phase), the last row the embedding and token choice;
-    // warp 0's head by stage; every value head's cycles (its warp's lane 0, start to end)
-    // by layer and head: the longest head of a layer is the chain its other warps wait for.
+    // warp 0's head by stage; with -DPROFILE_HEADS every value head's cycles (its warp's
+    // lane 0, start to end) by layer and head: the longest head of a layer is the chain its
+    // other warps wait for. (Those take 4 KB more of shared memory: the 0.8b block then has
+    // no room for the readers bits, and no layer is left out.)
     __shared__ long long prof[(MAX_LAYERS + 1) * PHASES], hprof[MAX_LAYERS * HSTAGES];
+#ifdef PROFILE_HEADS
     __shared__ unsigned long long head_cycles[MAX_LAYERS * 32];
     for (unsigned i = threadIdx.x; i < MAX_LAYERS * 32; i += THREADS) head_cycles[i] = 0;
+#endif
     for (unsigned i = threadIdx.x; i < (MAX_LAYERS + 1) * PHASES; i += THREADS) prof[i] = 0;
     for (unsigned i = threadIdx.x; i < MAX_LAYERS * HSTAGES; i += THREADS) hprof[i] = 0;
 #endif
@@ -694,13 +720,41 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
         if (i % 32 < d.hv) params_sh[i] = ((const float4 *)(W + L.head))[i % 32];
     }
     __syncthreads();
+    // A layer may be left out on a pass where no listed dim reaches its input projections
+    // (its input rows stay zero) if it has no delayed conv channel and every head of it
+    // is quiet unless a signal reaches its q or k, with decay 1: such a head then neither
+    // writes nor reads nor decays. The 0.8b chip's ROM (layer 1) and the layers the
+    // memory ports read (4-8) are such layers; the counter found layers 4-8's inputs
+    // untouched on 71-74 % of passes. Needs the input projections' column bitmaps
+    // resident, from which each dim's readers bits are made here; the first 8 such layers.
+    if (threadIdx.x == 0) {
+        unsigned g = 0;
+        for (unsigned li = 0; li < d.layers && readers && __popc(g) < 8; li++) {
+            const Layer &L = layers[li];
+            bool ok = L.n_delayed == 0 && L.n_heads > 0 && L.xin_cols < d.resident_words;
+            for (unsigned h = 0; h < L.n_heads; h++) ok &= ((heads_sh[li * 32 + h] >> 16) & 3u) == 3u;
+            if (ok) g |= 1u << li;
+        }
+        gateable_sh = g;
+    }
+    __syncthreads();
+    for (unsigned r = threadIdx.x; readers && r < d.width; r += THREADS) {
+        unsigned m = 0;
+        for (unsigned li = 0, k = 0; li < d.layers; li++)
+            if ((gateable_sh >> li) & 1) {
+                if ((res[layers[li].xin_cols + r / 32] >> (r % 32)) & 1) m |= 1u << k;
+                k++;
+            }
+        readers[r] = (unsigned char)m;
+    }
+    __syncthreads();
 
     unsigned ring = state[1];
     unsigned token = state[2];
     unsigned done = 0;
 #ifdef PROFILE
     long long prof_last = clock64();
-    unsigned long long listed[2] = {0, 0}, chunks[2] = {0, 0};
+    unsigned long long listed[2] = {0, 0}, chunks[2] = {0, 0}, left_out = 0;
     unsigned l = MAX_LAYERS;
 #endif
     for (unsigned pass = 0; pass < max_passes; pass++) {
@@ -744,7 +798,18 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
             // 0.8b chip's layer 9): its input scatter is left out, and its gate/up listing
             // checks the pin on the same residual.
             const bool mixes = L.n_heads > 0 || L.n_delayed > 0;
-            if (mixes) {
+            // A layer that may be left out and that no listed dim reaches: its input
+            // scatter, its heads and the zeroing of its input rows are left out, with their
+            // barriers (its gate/up listing checks the pin on the same residual, which its
+            // heads did not write). The answer is the same in every warp; a vote, so that
+            // the compiler sees it uniform (a barrier under a condition it cannot see is
+            // uniform moves the layer tables' loads out of uniform registers).
+            const unsigned rank = __popc(gateable_sh & ((1u << li) - 1u));
+            const bool untouched = __any_sync(FULL, ((gateable_sh >> li) & 1u) && !((reach_sh >> rank) & 1u));
+#ifdef PROFILE
+            if (threadIdx.x == 0 && untouched) left_out++;
+#endif
+            if (mixes && !untouched) {
                 list_chunks<true>(L.xin, L.xin_cols, I, E, res, nz_cols, min(nz_count, NZ_CAP), hidden, d, &error_sh,
                                   chunk_sh, chunk_n, xs);
                 __syncthreads();
@@ -754,8 +819,10 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
                 MARK(0);
                 run_chunks<true>(E, chunk_sh, chunk_n[0], xs);
             }
-            if (threadIdx.x == 0) chunk_n[1] = 0;
-            __syncthreads();
+            if (!untouched) {
+                if (threadIdx.x == 0) chunk_n[1] = 0;
+                __syncthreads();
+            }
             MARK(1);
             // The causal conv of the channels that read earlier passes (raw = scattered sum
             // + anchors' share); the others' conv is a multiply, done where they are read.
@@ -780,9 +847,9 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
             }
             MARK(2);
             #pragma unroll 1
-            for (unsigned h = threadIdx.x / 32; h < L.n_heads; h += WARPS) {
+            for (unsigned h = threadIdx.x / 32; h < (untouched ? 0u : L.n_heads); h += WARPS) {
                 unsigned entry = heads_sh[li * 32 + h];
-#ifdef PROFILE
+#ifdef PROFILE_HEADS
                 long long h0 = clock64();
 #endif
                 value_head(entry, params_sh[li * 32 + (entry & 0xffff)], L, d, I, E, W, res, pal, S, y, xs, hidden, z
@@ -790,11 +857,11 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
                            , hprof + li * HSTAGES
 #endif
                 );
-#ifdef PROFILE
+#ifdef PROFILE_HEADS
                 if (threadIdx.x % 32 == 0) head_cycles[li * 32 + (entry & 0xffff)] += clock64() - h0;
 #endif
             }
-            if (L.n_heads > 0) __syncthreads();
+            if (L.n_heads > 0 && !untouched) __syncthreads();
             MARK(3);
 #ifdef PROFILE
             if (threadIdx.x == 0) listed[1] += nz_count;
@@ -810,8 +877,11 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
             if (threadIdx.x == 0) chunk_n[0] = 0;
             MARK(6);
             #pragma unroll 1
-            for (unsigned i = threadIdx.x; i < SPREAD_ROWS(d.scratch); i += THREADS) xs[i] = 0.0f;
+            for (unsigned i = threadIdx.x; i < (untouched ? 0u : SPREAD_ROWS(d.scratch)); i += THREADS) xs[i] = 0.0f;
             __syncthreads();
+            // (gate/up's length, zeroed for the next layer here too: its input scatter,
+            // which zeroes it otherwise, may be left out.)
+            if (threadIdx.x == 0) chunk_n[1] = 0;
             MARK(4);
             // The constant neurons' share of down (from the last threads, which compute no
             // neuron in most layers); then SwiGLU of the neurons a signal can reach, each
@@ -916,6 +986,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
             hidden[r] = 0.0f;
             dirty[r / 32] = 0;
         }
+        if (threadIdx.x == 0) reach_sh = 0;
         __syncthreads();
         MARK(7);
         done = pass + 1;
@@ -929,10 +1000,11 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
         const long long *o = prof + MAX_LAYERS * PHASES;
         printf("kernel profile (sparse): %u passes, %.0f cycles/pass: embed %.0f fields %.0f kinds %.0f; "
                "listed dims per layer %.1f (xin) %.1f (gate/up); chunks per pass %.1f (xin) %.1f (gate/up); "
-               "column starts %s\n",
+               "column starts %s; layers left out per pass %.2f\n",
                done, (double)total / done, (double)o[0] / done, (double)o[6] / done, (double)o[7] / done,
                (double)listed[0] / done / d.layers, (double)listed[1] / done / d.layers, (double)chunks[0] / done,
-               (double)chunks[1] / done, layers[0].xin_cols < d.resident_words ? "resident" : "from L2");
+               (double)chunks[1] / done, layers[0].xin_cols < d.resident_words ? "resident" : "from L2",
+               (double)left_out / done);
         for (unsigned li = 0; li < d.layers; li++) {
             const long long *p = prof + li * PHASES, *h = hprof + li * HSTAGES;
             printf("  layer %2u: xin %6.0f (list %5.0f) conv %5.0f heads %6.0f gate_up %6.0f (list %5.0f, zero %5.0f) "
@@ -942,6 +1014,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
             printf("            warp 0's head by stage (" HEAD_STAGES "):");
             for (int k = 0; k < HSTAGES; k++) printf(" %.0f", (double)h[k] / done);
             printf("\n");
+#ifdef PROFILE_HEADS
             // The layer's heads by cycles a pass, the longest first (at most six).
             const unsigned long long *c = head_cycles + li * 32;
             printf("            heads by cycles:");
@@ -956,6 +1029,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
                 last = best;
             }
             printf("\n");
+#endif
         }
     }
 #endif

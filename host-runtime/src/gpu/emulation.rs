@@ -11,7 +11,7 @@ use std::process::Command;
 use anyhow::{bail, Context};
 use inband_chip::{ChipModel, MemoryRow};
 
-use super::{kernel_source, recurrent_images, EntriesHost, KernelInputs};
+use super::{kernel_source, plan_shared, recurrent_images, EntriesHost, KernelInputs};
 use crate::vm::CudaKernel as Kernel;
 
 const HEADER: &str = include_str!("../../emulator/cuda_on_cpu.hpp");
@@ -133,9 +133,9 @@ impl EmulatedKernel {
 }
 
 /// Writes what the kernel reads of `chip` into `dir` (dims, layers, i, e, w: little-endian
-/// words; shared: its dynamic shared memory's bytes, every resident word in it, as the
-/// 0.8b shape has on the GPU); returns one machine's state floats and where each layer's
-/// recurrent state starts.
+/// words; shared: its dynamic shared memory's bytes, every resident word and the readers
+/// bits in it, as the 0.8b shape has on the GPU); returns one machine's state floats and
+/// where each layer's recurrent state starts.
 fn write_tables(chip: &ChipModel, dir: &Path) -> anyhow::Result<(usize, Vec<u32>)> {
     let KernelInputs {
         mut d,
@@ -147,10 +147,10 @@ fn write_tables(chip: &ChipModel, dir: &Path) -> anyhow::Result<(usize, Vec<u32>
     let EntriesHost::Csc(entries) = entries else {
         bail!("the sparse kernel's entries are CSC pairs")
     };
-    d.resident_words = tables.resident.words.len() as u32;
+    // As much shared memory as everything needs (the GPU's at the 0.8b shape).
+    let shared = plan_shared(&mut d, &tables.resident, Kernel::Sparse, fixed_floats, usize::MAX);
     // SAFETY: Dims is a repr(C) struct of 4-byte fields, read as its bytes.
     let dims = unsafe { std::slice::from_raw_parts(&d as *const _ as *const u8, std::mem::size_of_val(&d)) };
-    let shared = (fixed_floats + tables.resident.words.len()) * 4;
     for (name, bytes) in [
         ("dims", dims.to_vec()),
         ("layers", words(&tables.words)),

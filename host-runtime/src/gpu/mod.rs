@@ -86,6 +86,7 @@ struct Dims {
     resident_words: u32,
     palette_at: u32,
     palettes: u32,
+    readers: u32,
 }
 
 unsafe impl DeviceRepr for Dims {}
@@ -460,6 +461,27 @@ impl KernelInputs {
     }
 }
 
+/// What the block's shared memory holds past its fixed buffers, given `most` bytes: the
+/// resident words (with the column starts where they fit: the 0.8b shape's, not the
+/// 4b's), then, for the sparse kernel where they fit too, each residual dim's readers bits
+/// (a byte a dim; `Listing` in the kernel). Sets `d.resident_words` and
+/// `d.readers`; returns the bytes of dynamic shared memory.
+fn plan_shared(d: &mut Dims, resident: &sparse::Resident, kernel: Kernel, fixed_floats: usize, most: usize) -> u32 {
+    let fits = |words: usize| (fixed_floats + words) * 4 <= most;
+    let all = resident.words.len();
+    let readers = (d.width as usize).div_ceil(4);
+    let (words, with_readers) = if kernel == Kernel::Sparse && fits(all + readers) {
+        (all, true)
+    } else if fits(all) {
+        (all, false)
+    } else {
+        (resident.required, false)
+    };
+    d.resident_words = words as u32;
+    d.readers = with_readers as u32;
+    ((fixed_floats + words + if with_readers { readers } else { 0 }) * 4) as u32
+}
+
 impl GpuChip {
     /// Uploads `chip`'s layers to GPU `ordinal` and compiles `kernel`: one machine.
     pub fn new(chip: &ChipModel, ordinal: usize, kernel: Kernel) -> anyhow::Result<Self> {
@@ -497,15 +519,9 @@ impl GpuChip {
             &[format!("-DTHREADS={threads}")],
         )?;
         let function = module.load_function("chip_passes")?;
-        // The resident words, with the column starts where the block's shared memory holds
-        // them (the 0.8b shape's; not the 4b's).
         let most = ctx.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)? as usize;
         let most = most.saturating_sub(function.shared_size_bytes()? as usize);
-        let fits = |words: usize| (fixed_floats + words) * 4 <= most;
-        let all = tables.resident.words.len();
-        let resident_words = if fits(all) { all } else { tables.resident.required };
-        d.resident_words = resident_words as u32;
-        let shared_bytes = ((fixed_floats + resident_words) * 4) as u32;
+        let shared_bytes = plan_shared(&mut d, &tables.resident, kernel, fixed_floats, most);
         function.set_attribute(
             CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
             shared_bytes as i32,
@@ -843,5 +859,34 @@ impl GpuChip {
             "cuda, {:?} kernel: {} state floats, GDN states at {:?}, 4 control words",
             self.kernel, self.state_floats, self.recurrent
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The readers bits come after every resident word and only where all of them fit; the
+    /// column starts go first where shared memory is short; the reference kernel keeps none.
+    #[test]
+    fn shared_memory_holds_the_readers_only_after_every_resident_word() {
+        let resident = sparse::Resident {
+            words: vec![0; 1000],
+            palettes: Vec::new(),
+            required: 600,
+        };
+        let plan = |kernel, most| {
+            let mut d = Dims {
+                width: 100,
+                ..Dims::default()
+            };
+            let bytes = plan_shared(&mut d, &resident, kernel, 10, most);
+            (bytes, d.resident_words, d.readers)
+        };
+        // (100 dims: 25 words of readers bits.)
+        assert_eq!(plan(Kernel::Sparse, 4 * 1035), (4 * 1035, 1000, 1));
+        assert_eq!(plan(Kernel::Sparse, 4 * 1034), (4 * 1010, 1000, 0));
+        assert_eq!(plan(Kernel::Sparse, 4 * 1009), (4 * 610, 600, 0));
+        assert_eq!(plan(Kernel::Reference, 4 * 1035), (4 * 1010, 1000, 0));
     }
 }
