@@ -13,6 +13,9 @@
 #                 reference), booted by prefill and by loading state; their chip token
 #                 streams compared with the CPU engine's (.gpu/trace, made by build-gpu.sh)
 #   profile       each kernel built with -DPROFILE: cycles per pass by phase
+#   ncu           the real build's pass by phase: ncu's stall samples of strings' run (the
+#                 sparse kernel), summed between block barriers (scripts/ncu-phases.py);
+#                 the per-instruction table in $OUT/ncu-source.csv.gz
 #   transformers  the chip pack exported as a stand-alone Qwen3_5ForCausalLM, stepped by
 #                 stock transformers over that stream (tests/reference/chip_in_transformers.py)
 #   text          stock transformers' text logits, spliced vs base checkpoint
@@ -160,6 +163,14 @@ for section in "${SECTIONS[@]}"; do
         for k in sparse reference; do
             INBAND_KERNEL_OPTIONS=-DPROFILE step 120 $B/inband bench "${M[@]:2}" --kernel $k $E/hello.elf $E/strings.elf
         done
+        ;;
+    ncu)
+        N=$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)
+        step 240 "$N" -k regex:chip_passes --section SourceCounters --section WarpStateStats -c 4 -f -o "$W/ncu" \
+            $B/inband bench "${M[@]:2}" $E/strings.elf &&
+            "$N" --import "$W/ncu.ncu-rep" --page source --csv --print-source sass >"$W/ncu-source.csv" 2>>"$LOG" &&
+            python3 scripts/ncu-phases.py "$W/ncu-source.csv" >>"$LOG" 2>&1 &&
+            gzip -c "$W/ncu-source.csv" >"$OUT/ncu-source.csv.gz"
         ;;
     transformers)
         step 150 python3 tests/reference/chip_in_transformers.py export "$W/pack" "$W/hf-chip"
