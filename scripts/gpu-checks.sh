@@ -166,6 +166,7 @@ for section in "${SECTIONS[@]}"; do
         ;;
     ncu)
         N=$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)
+        [ -n "$N" ] || { echo "   ncu: not found on this machine" >>"$LOG"; continue; }
         step 240 "$N" -k regex:chip_passes --section SourceCounters --section WarpStateStats -c 4 -f -o "$W/ncu" \
             $B/inband bench "${M[@]:2}" $E/strings.elf &&
             "$N" --import "$W/ncu.ncu-rep" --page source --csv --print-source sass >"$W/ncu-source.csv" 2>>"$LOG" &&
