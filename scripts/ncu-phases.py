@@ -8,8 +8,9 @@
 ncu samples every warp wherever it waits. In a kernel whose phases end at block barriers,
 a phase's share of the run is the samples of its own code plus the samples of the warps
 waiting at its closing barrier, which ncu charges to the instructions after that barrier
-(the next phase's code). The SASS is cut at each BAR.SYNC; each row is one phase: its
-barrier's SASS line, how many times the barrier ran (warps times passes), and its share.
+(the next phase's code). The SASS is cut at each BAR.SYNC; each row printed is one phase:
+its barrier's index in the SASS, how many times the barrier ran (warps times passes), and
+its share.
 The kernel with the most samples in the file is the one read.
 """
 import collections
@@ -43,9 +44,9 @@ def count(row, column):
 
 def phases(rows):
     """(barrier row index, own samples, waits charged after it) per barrier-closed phase."""
-    bars = [i for i, r in enumerate(rows) if "BAR.SYNC" in r["Source"]]
+    bars = [i for i, r in enumerate(rows) if "BAR.SYNC" in r.get("Source", "")]
     starts = [0] + [b + 1 for b in bars]
-    ends = [b for b in bars] + [len(rows) - 1]
+    ends = bars + [len(rows) - 1]
     own = [sum(count(r, SAMPLES) - count(r, "stall_barrier") for r in rows[a : e + 1]) for a, e in zip(starts, ends)]
     waits = [sum(count(r, "stall_barrier") for r in rows[a : e + 1]) for a, e in zip(starts, ends)]
     # Phase k: the code up to barrier k, and the waits at that barrier (charged in region k + 1).
@@ -53,12 +54,20 @@ def phases(rows):
 
 
 def main():
+    if len(sys.argv) == 2 and sys.argv[1] in ("-h", "--help"):
+        print(__doc__)
+        return
     if len(sys.argv) != 2:
         sys.exit(__doc__)
-    rows = max(kernels(sys.argv[1]), key=lambda k: sum(count(r, SAMPLES) for r in k), default=[])
-    if not rows:
-        sys.exit(f"{sys.argv[1]}: no kernel's SASS rows (was it written with --page source --csv --print-source sass?)")
+    try:
+        found = kernels(sys.argv[1])
+    except (OSError, EOFError, UnicodeDecodeError, csv.Error) as e:
+        sys.exit(f"{sys.argv[1]}: cannot be read as ncu's source page in CSV: {e}")
+    rows = max(found, key=lambda k: sum(count(r, SAMPLES) for r in k), default=[])
     total = sum(count(r, SAMPLES) for r in rows)
+    if total == 0:
+        sys.exit(f"{sys.argv[1]}: no kernel's SASS rows with stall samples (was it written by ncu --import R "
+                 "--page source --csv --print-source sass, from a run with --section SourceCounters?)")
     table, tail = phases(rows)
     print(f"{total} samples; phases closed by a block barrier (SASS index of the barrier, times run, share):")
     for bar, own, wait in table:
