@@ -25,6 +25,7 @@ struct uint4 { unsigned x, y, z, w; };
 struct float4 { float x, y, z, w; };
 struct dim3 { unsigned x, y, z; };
 inline uint2 make_uint2(unsigned x, unsigned y) { return {x, y}; }
+inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return {x, y, z, w}; }
 inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 
 #define __global__

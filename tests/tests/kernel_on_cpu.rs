@@ -107,3 +107,17 @@ fn the_emulated_kernels_tokens_do_not_hang_on_its_threads_order() {
         same_stream(kernel(), dir.path(), "hello", 5_000, schedule);
     }
 }
+
+/// The longer set a kernel change is checked on before it is measured on a GPU (~5
+/// minutes on two cores, so not part of the default run: `cargo test --release --features
+/// cuda -p inband-tests --test kernel_on_cpu -- --ignored`): the programs whose passes
+/// reach most of the chip's units (string functions, 64-bit arithmetic, multiplication
+/// and division, every register-register operation, loads and stores), 40,000 passes each.
+#[test]
+#[ignore]
+fn the_emulated_kernel_chooses_the_cpu_engines_tokens_on_longer_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["strings", "int64", "isa/muldiv", "isa/alu_rr", "isa/memory"] {
+        same_stream(kernel(), dir.path(), name, 40_000, Schedule::InOrder);
+    }
+}

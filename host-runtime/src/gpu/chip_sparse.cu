@@ -45,8 +45,8 @@
 // layer's down chunks listed). The tables a head's chain reads sit in shared memory for
 // the whole launch (its table entry and parameters; a 4-bit palette code per conv channel
 // and per value column, the host's `Resident`); every other table a step needs is one
-// load (a neuron's record and its down column's ends, a delayed channel's record, an
-// out_proj column's ends).
+// load (a neuron's record with its down column's first entries, a delayed channel's
+// record, an out_proj column's ends).
 //
 // What bounds it (H200, measured with a pointer chase and ncu): a dependent load costs
 // ~290 cycles from L2 and ~375 through L1 when it misses, a 1024-thread barrier 76; the
@@ -110,7 +110,11 @@
 // read-modify-write instead of the shared-memory atomic (a compare-and-swap loop), a
 // warp's chunks placed by a vote where no lane has more than one, and a head with
 // constant q adding its last read's outputs again while it has not written and no signal
-// reaches its z.
+// reaches its z. On the H100, beside the neurons' records: a value column's first out_proj
+// entry in one 16-byte load with its column's ends (+0.0 to +0.5 %, noise); q's and k's
+// first four nonzero state rows asked of L1 (`prefetch.global.L1`) as soon as q and k are
+// known (−2.5 to −2.9 %); gate/up and the MLP of layers 7 and 8 left out, by two spare
+// readers bits, where no listed dim reaches their gate/up (−0.1 to −0.7 %).
 
 // The phases of the -DPROFILE cycle counts, per layer (MARK in chip_common.cuh, indexed
 // by the layer l being run).
@@ -154,8 +158,8 @@ struct Layer {
     unsigned n_neur, n_signal; // the neurons a signal can reach (the rest are constant), the
                                // first n_signal of the compact order
     unsigned n_awake;     // how many of them add something at rest (no signal reached them)
-    unsigned neuron;      // I: each {its place, gate's anchor share, up's, 0}
-    unsigned neuron_down; // I: each {start, end} of its down column's entries
+    unsigned neuron;      // I: each {gate's anchor share, up's, its down column's start, end},
+                          // then the column's first INLINE_DOWN entries (zeros past its end)
     unsigned n_fixed, fixed_rows, fixed_vals; // the constant neurons' share of down, per residual row
     Csc down;             // columns are the neurons in that order, rows residual dims
     unsigned rec;
@@ -262,6 +266,25 @@ __device__ HELPER void append_chunks(unsigned from, unsigned len, float x, uint2
     }
 }
 
+// As append_chunks, for the listings, where few lanes have chunks (a layer lists ~90 dims,
+// most with no column in its matrix): each lane places its own with its own shared atomic
+// on the count, with no prefix sum over the warp. The lanes' atomics on the word are
+// serialised, but the listing's chain loses 8 of its ~15 dependent steps (measured on the
+// H100: +3.6 to +4.1 % passes/s; the last layer's down columns, 32 lanes with a chunk
+// each, keep the warp's prefix sum).
+template <typename Overflow>
+__device__ HELPER void append_own_chunks(unsigned from, unsigned len, float x, uint2 *table, unsigned *count,
+                                         Overflow overflow) {
+    unsigned chunks = (len + 31) / 32;
+    if (chunks == 0) return;
+    unsigned at = atomicAdd(count, chunks);
+    for (unsigned k = 0; k < chunks; k++) {
+        unsigned f = from + 32 * k, l = min(32u, len - 32 * k);
+        if (at + k < CHUNK_CAP) table[at + k] = make_uint2((f << 6) | l, __float_as_uint(x));
+        else overflow(f, l, x);
+    }
+}
+
 // Where column c of matrix m starts (from) and how many entries it has (len): from the
 // resident copy of its starts where shared memory holds it (`cols` below
 // `d.resident_words`; the host's `resident_columns`: a bitmap of the columns with entries,
@@ -303,7 +326,7 @@ __device__ HELPER void list_chunks(const Csc &m, unsigned m_cols, const unsigned
                 column_of(m, m_cols, I, res, d, c, from, len);
             }
         }
-        append_chunks(from, len, x, table, count, [&](unsigned f, unsigned l, float x) {
+        append_own_chunks(from, len, x, table, count, [&](unsigned f, unsigned l, float x) {
             for (unsigned i = 0; i < l; i++) {
                 uint2 e = __ldg(E + f + i);
                 atomicAdd(out + (SPREAD ? spread(e.x) : e.x), __uint_as_float(e.y) * x);
@@ -347,6 +370,27 @@ __device__ HELPER void add_entries(const uint2 *__restrict__ E, unsigned from, u
                 atomicAdd(hidden + e[u].x, __uint_as_float(e[u].y) * x);
                 mark(z, e[u].x);
             }
+    }
+}
+
+// The down entries a neuron's record holds (the host's INLINE_DOWN): the chip's columns
+// have one or two entries but in its last layers, so a neuron that fires adds its column
+// from the record's load, without a second round trip to L2 for the entries (measured on
+// the H100 with the listings' own-lane atomics: +6.2 to +6.7 % passes/s together, those
+// alone +3.6 to +4.1 %).
+#define INLINE_DOWN 2u
+
+// A neuron's first min(len, INLINE_DOWN) down entries {row, weight bits} (its record's
+// second half), each times a, added into the residual.
+__device__ __forceinline__ void add_first_entries(uint4 first, unsigned len, float a, float *hidden,
+                                                  const Listing &z) {
+    if (len > 0) {
+        atomicAdd(hidden + first.x, __uint_as_float(first.y) * a);
+        mark(z, first.x);
+    }
+    if (len > 1) {
+        atomicAdd(hidden + first.z, __uint_as_float(first.w) * a);
+        mark(z, first.z);
     }
 }
 
@@ -822,10 +866,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
                 MARK(0);
                 run_chunks<true>(E, chunk_sh, chunk_n[0], xs);
             }
-            if (!untouched) {
-                if (threadIdx.x == 0) chunk_n[1] = 0;
-                __syncthreads();
-            }
+            if (!untouched) __syncthreads();
             MARK(1);
             // The causal conv of the channels that read earlier passes (raw = scattered sum
             // + anchors' share); the others' conv is a multiply, done where they are read.
@@ -910,10 +951,12 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
                 // down ends are ~150 KB a pass at the 0.8b shape, a pass's other tables
                 // ~50 KB).
                 float gs = t < L.n_signal ? gu[t] : 0.0f, us = t < L.n_signal ? gu[L.n_neur + t] : 0.0f;
+                uint4 first = make_uint4(0, 0, 0, 0);
                 if (t < L.n_signal && (gs != 0.0f || us != 0.0f || L.n_awake != 0)) {
-                    uint4 nr = __ldg((const uint4 *)(I + L.neuron) + t);
-                    down = __ldg((const uint2 *)(I + L.neuron_down) + t);
-                    float g = gs + __uint_as_float(nr.y), u = us + __uint_as_float(nr.z);
+                    uint4 nr = __ldg((const uint4 *)(I + L.neuron) + 2 * t);
+                    first = __ldg((const uint4 *)(I + L.neuron) + 2 * t + 1);
+                    down = make_uint2(nr.z, nr.w);
+                    float g = gs + __uint_as_float(nr.x), u = us + __uint_as_float(nr.y);
                     gu[t] = gu[L.n_neur + t] = 0.0f;
                     a = silu_call(g) * u;
                 }
@@ -923,7 +966,10 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
                     continue;
                 }
                 bool wide = a != 0.0f && down.y - down.x > WIDE_COLUMN;
-                if (a != 0.0f && !wide) add_entries(E, down.x, down.y, a, hidden, z);
+                if (a != 0.0f && !wide) {
+                    add_first_entries(first, down.y - down.x, a, hidden, z);
+                    add_entries(E, down.x + INLINE_DOWN, down.y, a, hidden, z);
+                }
                 add_wide_columns(E, wide, down, a, hidden, z);
             }
             if (scatter_down) {

@@ -50,7 +50,6 @@ struct LayerOffsets {
     n_signal: u32,
     n_awake: u32,
     neuron: u32,
-    neuron_down: u32,
     n_fixed: u32,
     fixed_rows: u32,
     fixed_vals: u32,
@@ -75,6 +74,10 @@ const QK_CONSTANT: u32 = 1 << 19;
 /// code means "has delayed taps" (the kernel's `DELAYED_CODE`).
 const PALETTE: usize = 16;
 const DELAYED_CODE: u32 = PALETTE as u32 - 1;
+/// The down entries a neuron's record holds (the kernel's `INLINE_DOWN`).
+const INLINE_DOWN: usize = 2;
+/// A neuron's record: four words, then its first down entries (the kernel's two `uint4`s).
+const NEURON_WORDS: usize = 4 + 2 * INLINE_DOWN;
 /// Entries the kernel can address: its chunk tables pack an entry index into 26 bits.
 const MAX_PAIRS: usize = 1 << 26;
 /// Residual dims the kernel lists as written in one pass (its `NZ_CAP`).
@@ -638,17 +641,33 @@ fn mlp_tables(
     o.fixed_rows = f.ints(&fixed_rows);
     o.fixed_vals = f.floats(&fixed_vals);
     o.down = e.csc(f, n, down)?;
-    // Per neuron a signal can reach, one load each: (its place t, gate's and up's anchor
-    // shares) and where its down column's entries start and end.
+    // Per neuron a signal can reach, one 32-byte record: gate's and up's anchor shares,
+    // where its down column's entries start and end, and the column's first two entries
+    // (row, weight bits; zeros past its end), so that a neuron that fires adds a short
+    // column (most of the chip's have one or two entries) without a second round trip to
+    // L2 for its entries.
     let starts = &f.i[o.down.start as usize..];
-    let (mut neuron, mut neuron_down) = (Vec::new(), Vec::new());
-    for (t, &i) in signal.iter().enumerate() {
-        neuron.extend([t as u32, bias[i].to_bits(), bias[n + i].to_bits(), 0]);
-        neuron_down.extend([starts[t], starts[t + 1]]);
-    }
-    o.neuron = f.ints_aligned(&neuron, 4);
-    o.neuron_down = f.ints_aligned(&neuron_down, 2);
+    let neuron: Vec<u32> = signal
+        .iter()
+        .enumerate()
+        .flat_map(|(t, &i)| {
+            let down = starts[t] as usize..starts[t + 1] as usize;
+            neuron_record(bias[i], bias[n + i], down, &e.pairs)
+        })
+        .collect();
+    o.neuron = f.ints_aligned(&neuron, NEURON_WORDS);
     Ok(2 * n)
+}
+
+/// A neuron's record: gate's and up's anchor shares, its down column's entries (`down`,
+/// pair indices into `pairs`), then the column's first `INLINE_DOWN` entries, zeros past
+/// its end.
+fn neuron_record(gate: f32, up: f32, down: std::ops::Range<usize>, pairs: &[u32]) -> [u32; NEURON_WORDS] {
+    let mut r = [0; NEURON_WORDS];
+    r[..4].copy_from_slice(&[gate.to_bits(), up.to_bits(), down.start as u32, down.end as u32]);
+    let inline = &pairs[2 * down.start..2 * down.end.min(down.start + INLINE_DOWN)];
+    r[4..4 + inline.len()].copy_from_slice(inline);
+    r
 }
 
 /// Each compact neuron's place in the kernel's order: the neurons a signal can reach
@@ -666,6 +685,15 @@ fn signal_first(reached: &[bool]) -> Vec<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_neurons_record_holds_its_first_down_entries() {
+        let pairs = [7, 70, 8, 80, 9, 90, 10, 100];
+        let r = neuron_record(1.5, -2.0, 1..4, &pairs);
+        assert_eq!(r, [1.5f32.to_bits(), (-2.0f32).to_bits(), 1, 4, 8, 80, 9, 90]);
+        assert_eq!(neuron_record(0.0, 0.0, 3..4, &pairs)[4..], [10, 100, 0, 0]);
+        assert_eq!(neuron_record(0.0, 0.0, 2..2, &pairs)[4..], [0; 4]);
+    }
 
     #[test]
     fn signal_neurons_take_the_first_places_in_order() {
