@@ -2,7 +2,8 @@
 //! a block's threads as fibers that switch where they wait on each other), runs programs
 //! with the CPU engine's token streams: the kernel's logic is checked where no GPU is (its
 //! arithmetic and speed are the GPU's, checked by `scripts/gpu-checks.sh`).
-//! Built with `--features cuda` (scripts/test.sh runs it so).
+//! Built with `--features cuda` (scripts/test.sh runs it so). The 0.8b shape by default;
+//! `INBAND_EMULATED_SHAPE=4b` for the 4b's path (see `shape`).
 #![cfg(feature = "cuda")]
 
 use std::path::Path;
@@ -16,10 +17,24 @@ use inband_host_runtime::gpu::emulation::{EmulatedKernel, Launch, Schedule};
 use inband_qwen35::presets::Shape;
 use inband_tests::{build, corpus, program_name, rv32_chip};
 
-/// The 0.8b chip, as the GPU runs it.
+/// The shape the tests run the chip at, as the GPU runs it: the 0.8b (a block of 768
+/// threads with shared memory for every resident word and the readers bits), or, with
+/// `INBAND_EMULATED_SHAPE=4b`, the 4b (1,024 threads for its 32 value heads, and the
+/// shared memory an H100's or H200's block has: 227 KB less the kernel's 20,912 bytes of
+/// static arrays (ptxas), so that its scatters' column starts are read from global
+/// memory, as on the GPU).
+fn shape() -> (Shape, u32, usize) {
+    match std::env::var("INBAND_EMULATED_SHAPE").as_deref() {
+        Ok("4b") => (Shape::Qwen4b, 1024, 232_448 - 20_912),
+        Ok("0.8b") | Err(_) => (Shape::Qwen0_8b, 768, usize::MAX),
+        Ok(other) => panic!("INBAND_EMULATED_SHAPE is 0.8b or 4b, not {other}"),
+    }
+}
+
+/// The chip at that shape.
 fn chip() -> &'static ChipModel {
     static CHIP: OnceLock<ChipModel> = OnceLock::new();
-    CHIP.get_or_init(|| rv32_chip(Shape::Qwen0_8b))
+    CHIP.get_or_init(|| rv32_chip(shape().0))
 }
 
 /// The kernel compiled once for both tests (a compile takes ~10 s), into cargo's folder
@@ -28,7 +43,8 @@ fn kernel() -> &'static EmulatedKernel {
     static KERNEL: OnceLock<EmulatedKernel> = OnceLock::new();
     KERNEL.get_or_init(|| {
         let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("kernel_on_cpu");
-        EmulatedKernel::build(&dir, 768, chip()).unwrap()
+        let (_, threads, shared) = shape();
+        EmulatedKernel::build(&dir, threads, chip(), shared).unwrap()
     })
 }
 

@@ -49,8 +49,10 @@ pub struct EmulatedKernel {
 
 impl EmulatedKernel {
     /// Compiles the kernel for blocks of `threads` into `dir` with `c++` (g++ or clang++)
-    /// and writes `chip`'s tables beside it.
-    pub fn build(dir: &Path, threads: u32, chip: &ChipModel) -> anyhow::Result<Self> {
+    /// and writes `chip`'s tables beside it, its shared memory planned as the GPU plans it
+    /// from `shared` bytes (`usize::MAX`: all it can use, as the 0.8b shape has on the GPU;
+    /// the 4b shape's column starts do not fit in a GPU block's).
+    pub fn build(dir: &Path, threads: u32, chip: &ChipModel, shared: usize) -> anyhow::Result<Self> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         // A block's `extern __shared__` array is the runner's buffer.
         const DYNAMIC: &str = "extern __shared__ float4 sh4[];";
@@ -86,7 +88,7 @@ impl EmulatedKernel {
                 String::from_utf8_lossy(&out.stderr)
             );
         }
-        let (state_floats, recurrent) = write_tables(chip, dir)?;
+        let (state_floats, recurrent) = write_tables(chip, dir, shared)?;
         Ok(Self {
             dir: dir.to_path_buf(),
             state_floats,
@@ -133,10 +135,9 @@ impl EmulatedKernel {
 }
 
 /// Writes what the kernel reads of `chip` into `dir` (dims, layers, i, e, w: little-endian
-/// words; shared: its dynamic shared memory's bytes, every resident word and the readers
-/// bits in it, as the 0.8b shape has on the GPU); returns one machine's state floats and
-/// where each layer's recurrent state starts.
-fn write_tables(chip: &ChipModel, dir: &Path) -> anyhow::Result<(usize, Vec<u32>)> {
+/// words; shared: its dynamic shared memory's bytes, planned from `most`); returns one
+/// machine's state floats and where each layer's recurrent state starts.
+fn write_tables(chip: &ChipModel, dir: &Path, most: usize) -> anyhow::Result<(usize, Vec<u32>)> {
     let KernelInputs {
         mut d,
         tables,
@@ -147,8 +148,7 @@ fn write_tables(chip: &ChipModel, dir: &Path) -> anyhow::Result<(usize, Vec<u32>
     let EntriesHost::Csc(entries) = entries else {
         bail!("the sparse kernel's entries are CSC pairs")
     };
-    // As much shared memory as everything needs (the GPU's at the 0.8b shape).
-    let shared = plan_shared(&mut d, &tables.resident, Kernel::Sparse, fixed_floats, usize::MAX);
+    let shared = plan_shared(&mut d, &tables.resident, Kernel::Sparse, fixed_floats, most);
     // SAFETY: Dims is a repr(C) struct of 4-byte fields, read as its bytes.
     let dims = unsafe { std::slice::from_raw_parts(&d as *const _ as *const u8, std::mem::size_of_val(&d)) };
     for (name, bytes) in [
