@@ -241,10 +241,22 @@ __device__ __forceinline__ void mark(const Listing &z, unsigned r) {
 // whole list) cut the kernel's instructions by 43 % (ncu, hello).
 #define CHUNK_CAP 1024
 
+// Writes entries E[from, from + len) times x into the chunk table from slot `at` on, as
+// 32-entry chunks {from << 6 | length, x}; a chunk past the table's end goes to
+// overflow(from, length, x) instead, for the lane to add itself (slower, never wrong).
+template <typename Overflow>
+__device__ HELPER void place_chunks(unsigned at, unsigned from, unsigned len, float x, uint2 *table,
+                                    Overflow overflow) {
+    for (unsigned k = 0, chunks = (len + 31) / 32; k < chunks; k++) {
+        unsigned f = from + 32 * k, l = min(32u, len - 32 * k);
+        if (at + k < CHUNK_CAP) table[at + k] = make_uint2((f << 6) | l, __float_as_uint(x));
+        else overflow(f, l, x);
+    }
+}
+
 // Appends each lane's entries E[from, from + len) times x to the chunk table as 32-entry
-// chunks {from << 6 | length, x} (a prefix sum over the warp, one atomic a warp); a chunk
-// past the table's end goes to overflow(from, length, x) instead, for the lane to add
-// itself (slower, never wrong). Every lane of the warp calls it.
+// chunks (`place_chunks`; a prefix sum over the warp, one atomic a warp). Every lane of the
+// warp calls it.
 template <typename Overflow>
 __device__ HELPER void append_chunks(unsigned from, unsigned len, float x, uint2 *table, unsigned *count,
                                      Overflow overflow) {
@@ -259,11 +271,7 @@ __device__ HELPER void append_chunks(unsigned from, unsigned len, float x, uint2
     if (total == 0) return;
     if (lane == 0) at = atomicAdd(count, total);
     at = __shfl_sync(FULL, at, 0) + incl - chunks;
-    for (unsigned k = 0; k < chunks; k++) {
-        unsigned f = from + 32 * k, l = min(32u, len - 32 * k);
-        if (at + k < CHUNK_CAP) table[at + k] = make_uint2((f << 6) | l, __float_as_uint(x));
-        else overflow(f, l, x);
-    }
+    place_chunks(at, from, len, x, table, overflow);
 }
 
 // As append_chunks, for the listings, where few lanes have chunks (a layer lists ~90 dims,
@@ -278,11 +286,7 @@ __device__ HELPER void append_own_chunks(unsigned from, unsigned len, float x, u
     unsigned chunks = (len + 31) / 32;
     if (chunks == 0) return;
     unsigned at = atomicAdd(count, chunks);
-    for (unsigned k = 0; k < chunks; k++) {
-        unsigned f = from + 32 * k, l = min(32u, len - 32 * k);
-        if (at + k < CHUNK_CAP) table[at + k] = make_uint2((f << 6) | l, __float_as_uint(x));
-        else overflow(f, l, x);
-    }
+    place_chunks(at, from, len, x, table, overflow);
 }
 
 // Where column c of matrix m starts (from) and how many entries it has (len): from the
