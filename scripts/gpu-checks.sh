@@ -15,7 +15,8 @@
 #   profile       each kernel built with -DPROFILE: cycles per pass by phase
 #   ncu           the real build's pass by phase: ncu's stall samples of strings' run (the
 #                 sparse kernel), summed between block barriers (scripts/ncu-phases.py);
-#                 the per-instruction table in $OUT/ncu-source.csv.gz
+#                 the per-instruction table in $OUT/ncu-source.csv.gz (by source line
+#                 where it comes back: scripts/ncu-lines.py)
 #   transformers  the chip pack exported as a stand-alone Qwen3_5ForCausalLM, stepped by
 #                 stock transformers over that stream (tests/reference/chip_in_transformers.py)
 #   text          stock transformers' text logits, spliced vs base checkpoint

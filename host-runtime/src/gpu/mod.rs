@@ -663,6 +663,11 @@ impl GpuChip {
                  run it with --kernel reference"
             );
         }
+        // (A code this runtime does not know, from a kernel given by INBAND_KERNEL_SOURCE, is
+        // an error too: the machine stopped.)
+        if code != 0 {
+            bail!("the chip kernel stopped the machine with error code {code}");
+        }
         Ok(())
     }
 
@@ -844,6 +849,12 @@ impl PassEngine for GpuChip {
         state.check_layout(&self.state_layout())?;
         let floats = state.floats("state", self.state_floats)?;
         let words = state.words("control", 4)?;
+        if words[3] != 0 {
+            bail!(
+                "the saved machine had stopped with the chip kernel's error code {}: it cannot be continued",
+                words[3]
+            );
+        }
         self.stream
             .memcpy_htod(floats, &mut self.s.slice_mut(0..self.state_floats))?;
         self.stream.memcpy_htod(words, &mut self.ctl.slice_mut(0..4))?;
@@ -865,6 +876,17 @@ impl GpuChip {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every nonzero code a machine ends with is an error, the ones the runtime does not
+    /// name too; zero is none.
+    #[test]
+    fn a_machines_error_code_is_an_error_unless_zero() {
+        assert!(GpuChip::check_error(0).is_ok());
+        let message = |code| GpuChip::check_error(code).unwrap_err().to_string();
+        assert!(message(ERR_TOO_MANY_NONZEROS).contains("--kernel reference"));
+        assert!(message(ERR_NORM_UNPINNED).contains("norm"));
+        assert!(message(7).contains("error code 7"));
+    }
 
     /// The readers bits come after every resident word and only where all of them fit; the
     /// column starts go first where shared memory is short; the reference kernel keeps none.
