@@ -38,11 +38,18 @@ fn chip() -> &'static ChipModel {
 }
 
 /// The kernel compiled once for both tests (a compile takes ~10 s), into cargo's folder
-/// for integration tests' files (compiled again by every run of the tests).
+/// for integration tests' files (compiled again by every run of the tests), one folder per
+/// kernel source, options and shape: two runs at once of different variants (a counter
+/// build beside the longer set) would otherwise replace each other's runner mid-run.
 fn kernel() -> &'static EmulatedKernel {
     static KERNEL: OnceLock<EmulatedKernel> = OnceLock::new();
     KERNEL.get_or_init(|| {
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("kernel_on_cpu");
+        use std::hash::{Hash, Hasher};
+        let mut variant = std::collections::hash_map::DefaultHasher::new();
+        for name in ["INBAND_KERNEL_SOURCE", "INBAND_KERNEL_OPTIONS", "INBAND_EMULATED_SHAPE"] {
+            std::env::var(name).unwrap_or_default().hash(&mut variant);
+        }
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("kernel_on_cpu-{:016x}", variant.finish()));
         let (_, threads, shared) = shape();
         EmulatedKernel::build(&dir, threads, chip(), shared).unwrap()
     })
