@@ -9,15 +9,14 @@ SOURCE.csv is ncu's source page of a run (`ncu --import R.ncu-rep --page source 
 (host-runtime/src/gpu/chip_sparse.cu, or the INBAND_KERNEL_SOURCE file), PASSES the passes
 of the sampled launch. The runtime compiles the kernel with NVRTC and no line table, so
 the SASS ncu saw carries no source lines: this compiles the same source here with nvcc and
--lineinfo (the NVRTC options kernel-registers.sh uses, THREADS at N, default 768, plus the
-options after --, e.g. -DPROFILE), aligns the two SASS listings by opcode (difflib; the two
+-lineinfo (scripts/kernel-cubin.sh: the runtime's NVRTC options, THREADS at N, default 768,
+plus the options after --, e.g. -DPROFILE), aligns the two SASS listings by opcode (difflib; the two
 compilers' code differs in places, so the share aligned is printed) and gives each ncu row
 the source line of its aligned instruction. Printed per line: the samples of its
 instructions other than waits at a block barrier (which belong to the phase the waiting
 warps wait for: ncu-phases.py), the warp instructions it ran per pass, and the line.
 --rows limits the rows to ncu's SASS rows FIRST..LAST (a phase, by ncu-phases.py's
-barrier indices). Needs target/cuda-nvcc and target/cuda-nvdisasm (scripts/kernel-registers.sh
-fetches them).
+barrier indices). kernel-cubin.sh fetches the compiler and disassembler on first use.
 """
 import argparse
 import collections
@@ -30,9 +29,8 @@ import sys
 import tempfile
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-NVCC = os.path.join(ROOT, "target/cuda-nvcc/nvidia/cu13/bin/nvcc")
+CUBIN = os.path.join(ROOT, "scripts/kernel-cubin.sh")
 NVDISASM = os.path.join(ROOT, "target/cuda-nvdisasm/nvidia/cu13/bin/nvdisasm")
-COMMON = os.path.join(ROOT, "host-runtime/src/gpu/chip_common.cuh")
 
 
 def phases_module():
@@ -50,16 +48,12 @@ def opcode(instruction):
 
 
 def local_sass(kernel, threads, options, work):
-    """The kernel compiled here with a line table: its instructions' opcodes, each one's
-    source line (in the pasted source), and that source's lines."""
-    with open(kernel) as k, open(COMMON) as c:
-        source = k.read().replace('#include "chip_common.cuh"', c.read())
-    pasted = os.path.join(work, "kernel.cu")
-    with open(pasted, "w") as f:
-        f.write(source)
+    """The kernel compiled here with a line table (scripts/kernel-cubin.sh, the runtime's
+    options): its instructions' opcodes, each one's source line (in the pasted source, or
+    `file:line` in CUDA's own headers), and the pasted source's lines."""
     cubin = os.path.join(work, "kernel.cubin")
-    subprocess.run([NVCC, "-arch=sm_90", "-cubin", "-lineinfo", "--fmad=false", "-ftz=false", "-prec-div=true",
-                    "-prec-sqrt=true", f"-DTHREADS={threads}", *options, "-o", cubin, pasted], check=True)
+    pasted = os.path.join(work, "kernel.cu")
+    subprocess.run([CUBIN, os.path.abspath(kernel), cubin, "-lineinfo", f"-DTHREADS={threads}", *options], check=True)
     listing = subprocess.run([NVDISASM, "-c", "-g", cubin], check=True, capture_output=True, text=True).stdout
     opcodes, lines, line = [], [], None
     for text in listing.splitlines():
@@ -72,7 +66,8 @@ def local_sass(kernel, threads, options, work):
         if m:
             opcodes.append(opcode(m.group(1)))
             lines.append(line)
-    return opcodes, lines, source.split("\n")
+    with open(pasted) as f:
+        return opcodes, lines, f.read().split("\n")
 
 
 def line_of_rows(rows, opcodes, lines):
@@ -105,9 +100,6 @@ def arguments():
     cut = argv.index("--") if "--" in argv else len(argv)
     args = parser.parse_args(argv[:cut])
     args.nvcc_options = argv[cut + 1 :]
-    for tool in (NVCC, NVDISASM):
-        if not os.access(tool, os.X_OK):
-            sys.exit(f"{tool} is missing: scripts/kernel-registers.sh fetches it")
     if not os.path.isfile(args.kernel):
         sys.exit(f"{args.kernel}: no such kernel source")
     if args.passes <= 0:
@@ -129,7 +121,7 @@ def main():
         try:
             opcodes, lines, source = local_sass(args.kernel, args.threads, args.nvcc_options, work)
         except subprocess.CalledProcessError as e:
-            sys.exit(f"{args.kernel} did not compile or disassemble here ({e.cmd[0]})")
+            sys.exit(f"{args.kernel} did not compile or disassemble here ({os.path.basename(e.cmd[0])})")
     line_of = line_of_rows(rows, opcodes, lines)
     first, last = args.rows or (0, len(rows) - 1)
     samples, executed = by_line(ncu, rows, line_of, first, last)
