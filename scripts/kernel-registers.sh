@@ -15,7 +15,6 @@
 # fetches CUDA 13.0's compiler and a disassembler from PyPI into target/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# (Compiled by scripts/kernel-cubin.sh, which also fetches nvcc and nvdisasm.)
 DISASM=target/cuda-nvdisasm/nvidia/cu13/bin/nvdisasm
 kernels=(host-runtime/src/gpu/chip_sparse.cu host-runtime/src/gpu/chip_reference.cu)
 if [ $# -gt 0 ] && [[ "$1" == *.cu ]]; then

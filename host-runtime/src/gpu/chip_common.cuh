@@ -78,8 +78,8 @@ struct SlotWork {
 // exp(-x) is +inf and x / inf is -0 for every finite x). The tail returns -0 itself rather
 // than divide by inf: that division ran the IEEE division's slow path (its divisor check),
 // the heads' most sampled arithmetic line in ncu, and silu of a far negative argument is
-// every channel an address does not select (measured on the H100: +4.9 to +5.0 % passes/s). -inf keeps
-// the division, whose NaN is the CPU's.
+// every channel an address does not select (measured on the H100: +4.9 to +5.0 % passes/s).
+// -inf keeps the division, whose NaN is the CPU's.
 __device__ __forceinline__ float silu_f(float x) {
     if (x >= 17.0f) return x;
     if (x <= -89.0f) return x != -__int_as_float(0x7f800000) ? -0.0f : x / __int_as_float(0x7f800000);

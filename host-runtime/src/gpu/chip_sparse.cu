@@ -118,12 +118,12 @@
 // beside silu's tail without the division (chip_common.cuh): a head's key head and its
 // beta at rest made once a launch (−0.2 to +0.0 %); its reached check's loads or-ed
 // without branches and a quiet head's channel tables loaded only for the blocks of 32
-// channels a signal reached (+1.1 % alone; with the lean silu 1.1 % slower than it alone); one silu a round
-// over a warp's pending arguments (−1.9 to −2.8 %); each scatter in one phase, a lane per
-// listed dim, no chunk table (two barriers fewer a layer, but its listing longer: −6.2
-// to −7.4 %); the gate/up scatter setting a bit per neuron it reaches and the MLP visiting
-// those instead of scanning every neuron's rows (the bits' zeroing costs more than the
-// scan: −4.6 to −5.1 %).
+// channels a signal reached (+1.1 % alone; with the lean silu 1.1 % slower than it
+// alone); one silu a round over a warp's pending arguments (−1.9 to −2.8 %); each scatter
+// in one phase, a lane per listed dim, no chunk table (two barriers fewer a layer, but
+// its listing longer: −6.2 to −7.4 %); the gate/up scatter setting a bit per neuron it
+// reaches and the MLP visiting those instead of scanning every neuron's rows (the bits'
+// zeroing costs more than the scan: −4.6 to −5.1 %).
 
 // The phases of the -DPROFILE cycle counts, per layer (MARK in chip_common.cuh, indexed
 // by the layer l being run).
