@@ -49,8 +49,10 @@ struct Dims {
     // resident_at, float4 palette entries at W's palette_at), copied in once a launch.
     unsigned resident_at, resident_words, palette_at, palettes;
     // The sparse kernel only: 1 where shared memory also holds each residual dim's readers
-    // bits (after the resident words), which let it leave out layers no signal reaches.
-    unsigned readers;
+    // bits (after the resident words), which let it leave out layers no signal reaches;
+    // they are copied in from I at readers_at (a byte a dim), and `gateable` has a bit for
+    // each layer that may be left out (the host's `gateable_readers`).
+    unsigned readers, readers_at, gateable;
 };
 
 // One machine's work in a launch, one block each (mirrored by `SlotWork` in gpu/mod.rs):

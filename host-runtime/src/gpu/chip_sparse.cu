@@ -123,7 +123,12 @@
 // in one phase, a lane per listed dim, no chunk table (two barriers fewer a layer, but
 // its listing longer: −6.2 to −7.4 %); the gate/up scatter setting a bit per neuron it
 // reaches and the MLP visiting those instead of scanning every neuron's rows (the bits'
-// zeroing costs more than the scan: −4.6 to −5.1 %).
+// zeroing costs more than the scan: −4.6 to −5.1 %). On the H100, beside the kernel of
+// 9f7b316: silu by the special function unit (`__expf` and a reciprocal instead of expf
+// and the IEEE division between -89 and 17): −0.2 to −0.4 %, the profile as long, and
+// the token streams of hello, strings and int64 differ from the CPU engine's (their pass
+// counts do not): an exponential tens of ulps off is not the math the chip's margins
+// were made for.
 
 // The phases of the -DPROFILE cycle counts, per layer (MARK in chip_common.cuh, indexed
 // by the layer l being run).
@@ -208,12 +213,12 @@ __device__ __forceinline__ unsigned spread(unsigned r) { return r + (r >> 7); }
 
 // The residual's nonzero dims past the anchors are kept as a list, grown as dims are
 // written (no scan of the residual): `dirty` has a bit per dim that is listed. Where
-// shared memory holds them (the 0.8b shape), `readers` has a byte per dim: bit k set
-// where the k-th of the layers that may be left out (at most 8; see `chip_passes`) has a
-// column of that dim in its input projections; `reach` gathers the bits of the dims
-// listed this pass, so whether any listed dim reaches such a layer is one load instead of
-// a scan of the list. (A byte, not a bit per layer: with 16 bits a dim the 0.8b block's
-// shared memory was 1.3 KB short.)
+// shared memory holds them (the 0.8b and 4b shapes), `readers` has a byte per dim, made
+// by the host (`gateable_readers`): bit k set where the k-th of the layers that may be
+// left out (at most 8) has a column of that dim in its input projections; `reach`
+// gathers the bits of the dims listed this pass, so whether any listed dim reaches such a
+// layer is one load instead of a scan of the list. (A byte, not a bit per layer: with 16
+// bits a dim the 0.8b block's shared memory was 1.3 KB short.)
 struct Listing {
     unsigned *dirty, *cols, *count, *flag;
     const unsigned char *readers; // where not resident, one zero byte: dim r's bits are
@@ -762,7 +767,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
     // warp 0's head by stage; with -DPROFILE_HEADS every value head's cycles (its warp's
     // lane 0, start to end) by layer and head: the longest head of a layer is the chain its
     // other warps wait for. (Those take 4 KB more of shared memory: the 0.8b block then has
-    // no room for the readers bits, and no layer is left out.)
+    // no room for its column starts beside the readers bits, and reads them from L2.)
     __shared__ long long prof[(MAX_LAYERS + 1) * PHASES], hprof[MAX_LAYERS * HSTAGES];
 #ifdef PROFILE_HEADS
     __shared__ unsigned long long head_cycles[MAX_LAYERS * 32];
@@ -779,34 +784,14 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
         if (i % 32 < L.n_heads) heads_sh[i] = I[L.heads + i % 32];
         if (i % 32 < d.hv) params_sh[i] = ((const float4 *)(W + L.head))[i % 32];
     }
-    __syncthreads();
     // A layer may be left out on a pass where no listed dim reaches its input projections
-    // (its input rows stay zero) if it has no delayed conv channel and every head of it
-    // is quiet unless a signal reaches its q or k, with decay 1: such a head then neither
-    // writes nor reads nor decays. The 0.8b chip's ROM (layer 1) and the layers the
-    // memory ports read (4-8) are such layers; the counter found layers 4-8's inputs
-    // untouched on 71-74 % of passes. Needs the input projections' column bitmaps
-    // resident, from which each dim's readers bits are made here; the first 8 such layers.
-    if (threadIdx.x == 0) {
-        unsigned g = 0;
-        for (unsigned li = 0; li < d.layers && readers && __popc(g) < 8; li++) {
-            const Layer &L = layers[li];
-            bool ok = L.n_delayed == 0 && L.n_heads > 0 && L.xin_cols < d.resident_words;
-            for (unsigned h = 0; h < L.n_heads; h++) ok &= ((heads_sh[li * 32 + h] >> 16) & 3u) == 3u;
-            if (ok) g |= 1u << li;
-        }
-        gateable_sh = g;
-    }
-    __syncthreads();
-    for (unsigned r = threadIdx.x; readers && r < d.width; r += THREADS) {
-        unsigned m = 0;
-        for (unsigned li = 0, k = 0; li < d.layers; li++)
-            if ((gateable_sh >> li) & 1) {
-                if ((res[layers[li].xin_cols + r / 32] >> (r % 32)) & 1) m |= 1u << k;
-                k++;
-            }
-        readers[r] = (unsigned char)m;
-    }
+    // (its input rows stay zero): the host's `gateable_readers` says which layers (the
+    // 0.8b chip's ROM, layer 1, and the layers the memory ports read, 4-8) and which dims
+    // reach each.
+    if (threadIdx.x == 0) gateable_sh = readers ? d.gateable : 0u;
+    #pragma unroll 1
+    for (unsigned i = threadIdx.x; readers && i < (d.width + 3) / 4; i += THREADS)
+        ((unsigned *)readers)[i] = I[d.readers_at + i];
     __syncthreads();
 
     unsigned ring = state[1];

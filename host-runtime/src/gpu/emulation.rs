@@ -45,6 +45,9 @@ pub struct EmulatedKernel {
     /// One machine's state floats, and where each layer's recurrent state starts.
     state_floats: usize,
     recurrent: Vec<u32>,
+    /// The layers the kernel may leave out on a pass no listed dim reaches (a bit each), or
+    /// `None` where shared memory has no room for the readers bits.
+    pub gateable: Option<u32>,
 }
 
 impl EmulatedKernel {
@@ -88,11 +91,12 @@ impl EmulatedKernel {
                 String::from_utf8_lossy(&out.stderr)
             );
         }
-        let (state_floats, recurrent) = write_tables(chip, dir, shared)?;
+        let (state_floats, recurrent, gateable) = write_tables(chip, dir, shared)?;
         Ok(Self {
             dir: dir.to_path_buf(),
             state_floats,
             recurrent,
+            gateable,
         })
     }
 
@@ -136,8 +140,9 @@ impl EmulatedKernel {
 
 /// Writes what the kernel reads of `chip` into `dir` (dims, layers, i, e, w: little-endian
 /// words; shared: its dynamic shared memory's bytes, planned from `most`); returns one
-/// machine's state floats and where each layer's recurrent state starts.
-fn write_tables(chip: &ChipModel, dir: &Path, most: usize) -> anyhow::Result<(usize, Vec<u32>)> {
+/// machine's state floats, where each layer's recurrent state starts and the layers it may
+/// leave out (`None` without the readers bits).
+fn write_tables(chip: &ChipModel, dir: &Path, most: usize) -> anyhow::Result<(usize, Vec<u32>, Option<u32>)> {
     let KernelInputs {
         mut d,
         tables,
@@ -161,7 +166,11 @@ fn write_tables(chip: &ChipModel, dir: &Path, most: usize) -> anyhow::Result<(us
     ] {
         std::fs::write(dir.join(name), bytes).with_context(|| format!("writing {name}"))?;
     }
-    Ok((d.state_floats as usize, tables.recurrent))
+    Ok((
+        d.state_floats as usize,
+        tables.recurrent,
+        (d.readers != 0).then_some(d.gateable),
+    ))
 }
 
 fn words(v: &[u32]) -> Vec<u8> {

@@ -87,6 +87,8 @@ struct Dims {
     palette_at: u32,
     palettes: u32,
     readers: u32,
+    readers_at: u32,
+    gateable: u32,
 }
 
 unsafe impl DeviceRepr for Dims {}
@@ -430,6 +432,8 @@ impl KernelInputs {
         d.resident_at = f.ints(&tables.resident.words);
         d.palette_at = f.floats_aligned(&tables.resident.palettes, 4);
         d.palettes = (tables.resident.palettes.len() / 4) as u32;
+        d.readers_at = f.ints(&tables.resident.readers);
+        d.gateable = tables.resident.gateable;
         if let Some(n) = norm {
             (d.norm_inv, d.anchor_ulp) = (n.inv, n.anchor_ulp);
         }
@@ -463,19 +467,27 @@ impl KernelInputs {
 
 /// What the block's shared memory holds past its fixed buffers, given `most` bytes: the
 /// resident words (with the column starts where they fit: the 0.8b shape's, not the
-/// 4b's), then, for the sparse kernel where they fit too, each residual dim's readers bits
-/// (a byte a dim; `Listing` in the kernel). Sets `d.resident_words` and
-/// `d.readers`; returns the bytes of dynamic shared memory.
+/// 4b's), and, for the sparse kernel where they fit beside the required words, each
+/// residual dim's readers byte (`sparse::Resident::readers`; `Listing` in the kernel),
+/// which come before the column starts: a layer left out saves more than a scatter that
+/// finds its columns in shared memory. Sets `d.resident_words` and `d.readers`; returns
+/// the bytes of dynamic shared memory.
 fn plan_shared(d: &mut Dims, resident: &sparse::Resident, kernel: Kernel, fixed_floats: usize, most: usize) -> u32 {
     let fits = |words: usize| (fixed_floats + words) * 4 <= most;
-    let all = resident.words.len();
-    let readers = (d.width as usize).div_ceil(4);
-    let (words, with_readers) = if kernel == Kernel::Sparse && fits(all + readers) {
+    let (all, required) = (resident.words.len(), resident.required);
+    let readers = if kernel == Kernel::Sparse && !resident.readers.is_empty() {
+        resident.readers.len()
+    } else {
+        0
+    };
+    let (words, with_readers) = if readers > 0 && fits(all + readers) {
         (all, true)
+    } else if readers > 0 && fits(required + readers) {
+        (required, true)
     } else if fits(all) {
         (all, false)
     } else {
-        (resident.required, false)
+        (required, false)
     };
     d.resident_words = words as u32;
     d.readers = with_readers as u32;
@@ -888,14 +900,17 @@ mod tests {
         assert!(message(7).contains("error code 7"));
     }
 
-    /// The readers bits come after every resident word and only where all of them fit; the
-    /// column starts go first where shared memory is short; the reference kernel keeps none.
+    /// The readers bits come after the resident words, before the column starts where
+    /// shared memory is short; the reference kernel keeps none.
     #[test]
-    fn shared_memory_holds_the_readers_only_after_every_resident_word() {
+    fn shared_memory_holds_the_readers_before_the_column_starts() {
         let resident = sparse::Resident {
             words: vec![0; 1000],
             palettes: Vec::new(),
             required: 600,
+            gateable: 0b10,
+            // (100 dims: 25 words of readers bits.)
+            readers: vec![0; 25],
         };
         let plan = |kernel, most| {
             let mut d = Dims {
@@ -905,10 +920,9 @@ mod tests {
             let bytes = plan_shared(&mut d, &resident, kernel, 10, most);
             (bytes, d.resident_words, d.readers)
         };
-        // (100 dims: 25 words of readers bits.)
         assert_eq!(plan(Kernel::Sparse, 4 * 1035), (4 * 1035, 1000, 1));
-        assert_eq!(plan(Kernel::Sparse, 4 * 1034), (4 * 1010, 1000, 0));
-        assert_eq!(plan(Kernel::Sparse, 4 * 1009), (4 * 610, 600, 0));
+        assert_eq!(plan(Kernel::Sparse, 4 * 1034), (4 * 635, 600, 1));
+        assert_eq!(plan(Kernel::Sparse, 4 * 634), (4 * 610, 600, 0));
         assert_eq!(plan(Kernel::Reference, 4 * 1035), (4 * 1010, 1000, 0));
     }
 }

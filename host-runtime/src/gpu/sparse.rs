@@ -80,6 +80,8 @@ const INLINE_DOWN: usize = 2;
 const NEURON_WORDS: usize = 4 + 2 * INLINE_DOWN;
 /// Entries the kernel can address: its chunk tables pack an entry index into 26 bits.
 const MAX_PAIRS: usize = 1 << 26;
+/// The most layers the kernel may leave out (a readers byte a dim).
+const GATEABLE_LAYERS: usize = 8;
 /// Residual dims the kernel lists as written in one pass (its `NZ_CAP`).
 pub const NZ_CAP: usize = 2048;
 
@@ -126,6 +128,44 @@ pub struct Resident {
     /// The words the kernel needs; those after them are the column starts, which it reads
     /// from global memory where they are not resident.
     pub required: usize,
+    /// The layers that may be left out (a bit each; [`gateable_readers`]).
+    pub gateable: u32,
+    /// Each residual dim's readers byte, four a word ([`gateable_readers`]): copied into
+    /// shared memory where they fit beside the required words.
+    pub readers: Vec<u32>,
+}
+
+/// Which layers the kernel may leave out on a pass, and which residual dims reach them:
+/// `(gateable, readers)`. A layer whose input rows are all zero does nothing if it has no
+/// delayed conv channel and every head of it is quiet unless a signal reaches its q or k,
+/// with decay 1 (such a head then neither writes nor reads nor decays): the 0.8b chip's ROM
+/// (layer 1) and the layers its memory ports read (4-8), whose inputs are untouched on
+/// 71-74 % of passes. The first `GATEABLE_LAYERS` such layers have their bit in
+/// `gateable`; each dim's readers byte (four a word) has bit k set where the k-th of them
+/// has a column of that dim in its input projections (`offsets[l].xin`, whose starts lie
+/// in `f`, over a residual `width` dims wide), so that the kernel knows from the dims it
+/// lists whether any reaches such a layer. Made here, once, rather than by the kernel from
+/// the resident column bitmaps at every launch: a shape whose column starts do not fit in
+/// shared memory (the 4b's) then leaves out layers too.
+fn gateable_readers(offsets: &[LayerOffsets], f: &Flat, width: usize) -> (u32, Vec<u32>) {
+    let quiet = QUIET_UNLESS_REACHED | NO_DECAY;
+    let gateable: Vec<usize> = (0..offsets.len())
+        .filter(|&l| {
+            let o = &offsets[l];
+            let heads = &f.i[o.heads as usize..(o.heads + o.n_heads) as usize];
+            o.n_delayed == 0 && o.n_heads > 0 && heads.iter().all(|e| e & quiet == quiet)
+        })
+        .take(GATEABLE_LAYERS)
+        .collect();
+    let mut readers = vec![0u32; width.div_ceil(4)];
+    for (k, &l) in gateable.iter().enumerate() {
+        let start = offsets[l].xin.start as usize;
+        let starts = &f.i[start..=start + width];
+        for r in (0..width).filter(|&r| starts[r + 1] > starts[r]) {
+            readers[r / 4] |= 1 << (8 * (r % 4) + k);
+        }
+    }
+    (gateable.iter().fold(0, |m, l| m | 1 << l), readers)
 }
 
 /// Where a layer's resident codes lie (word offsets into [`Resident::words`]; the delayed
@@ -403,6 +443,8 @@ pub fn tables(
         o.gate_up_cols += resident.required as u32;
     }
     resident.words.extend(columns);
+    (resident.gateable, resident.readers) =
+        gateable_readers(&offsets, f, layers.first().map_or(0, |l| l.config.hidden_size));
     let mut tables = LayerTables::of(&offsets, recurrent, scratch, act);
     tables.delayed = offsets.iter().map(|o| o.n_delayed as usize).max().unwrap_or(0);
     tables.resident = resident;
