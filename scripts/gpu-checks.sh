@@ -5,7 +5,9 @@
 #   device run, carry [".gpu"]:  scripts/gpu-checks.sh [SECONDS [SECTION...]]
 #
 # Sections (default: all, in this order), each step skipped once SECONDS (default 540)
-# are spent; everything lands in $OUT (log, JSON, traces):
+# are spent; the log and what later calls need land in $OUT, the traces the checks compare
+# in $WORK (the device tool brings back a limited count of files, and with a dozen traces
+# beside it the log did not come back):
 #   checkpoint    a spliced 0.8b-shape checkpoint: synth, weightgen, splice
 #   pack          only the 0.8b chip pack (weightgen, ~20 s; for kernel work): the
 #                 sections after it run the chip from the pack where no checkpoint is made
@@ -149,7 +151,7 @@ for section in "${SECTIONS[@]}"; do
         for k in sparse reference; do
             for boot in prefill load; do
                 for p in hello strings int64; do
-                    t="$OUT/$p.$k.$boot.trace"
+                    t="$W/$p.$k.$boot.trace"
                     step 120 $B/inband run "${M[@]}" --kernel $k --boot $boot --stats --trace "$t" $E/$p.elf &&
                         if zcat .gpu/trace/$p.$boot.trace.gz | cmp -s - "$t"; then
                             echo "   $p ($k kernel, $boot boot): CUDA and CPU chip token streams identical" >>"$LOG"
@@ -249,9 +251,9 @@ for section in "${SECTIONS[@]}"; do
         for p in alu_imm alu_rr branch jump memory upper muldiv hello strings int64 sort structures fib euler10; do
             all+=("$E/$p.elf")
         done
-        step 400 "${T[@]}" $B/inband run "${M[@]}" --batch --verify --stats --trace "$OUT/batch" "${all[@]}"
+        step 400 "${T[@]}" $B/inband run "${M[@]}" --batch --verify --stats --trace "$W/batch" "${all[@]}"
         for p in hello strings int64; do
-            if zcat .gpu/trace/$p.load.trace.gz | cmp -s - "$OUT/batch/$p.trace"; then
+            if zcat .gpu/trace/$p.load.trace.gz | cmp -s - "$W/batch/$p.trace"; then
                 echo "   $p (first machine of the batch): token stream identical to the CPU engine's single stream" >>"$LOG"
             else
                 echo "   $p (first machine of the batch): TOKEN STREAM DIFFERS from the CPU engine's single stream" >>"$LOG"
