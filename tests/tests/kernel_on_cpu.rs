@@ -108,10 +108,6 @@ fn same_stream(kernel: &EmulatedKernel, dir: &Path, name: &str, passes: usize, s
     }
 }
 
-/// Programs whose runs take the kernel through every kind of pass the chip has that fits
-/// a test's time (~2,000 passes at ~170 a second): the boot's last passes, fetches across
-/// rows, register writes short and long, loads, stores and line fills, branches, jumps and
-/// links, console output and the exit.
 /// Both shapes' blocks hold the readers bits (the 4b's beside its required words, its
 /// column starts left in global memory), so both leave out the chip's ROM layer (1) and
 /// the layers its memory ports read (4-8) on the passes no listed dim reaches them.
@@ -120,6 +116,10 @@ fn the_rom_and_memory_port_layers_may_be_left_out() {
     assert_eq!(kernel().gateable, Some(0b1_1111_0010));
 }
 
+/// Programs whose runs take the kernel through every kind of pass the chip has that fits
+/// a test's time (~2,000 passes at ~170 a second): the boot's last passes, fetches across
+/// rows, register writes short and long, loads, stores and line fills, branches, jumps and
+/// links, console output and the exit.
 #[test]
 fn the_emulated_kernel_chooses_the_cpu_engines_tokens() {
     let dir = tempfile::tempdir().unwrap();
