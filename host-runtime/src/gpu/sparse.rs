@@ -728,6 +728,38 @@ fn signal_first(reached: &[bool]) -> Vec<usize> {
 mod tests {
     use super::*;
 
+    /// Only layers with heads, no delayed channel and every head quiet unless reached with
+    /// decay 1 may be left out; a dim's byte has bit k for the k-th such layer reading it.
+    #[test]
+    fn gateable_layers_and_their_readers() {
+        let mut f = Flat::default();
+        let quiet = QUIET_UNLESS_REACHED | NO_DECAY;
+        // Six residual dims; each layer's input projections read the dims named.
+        let mut layer = |heads: &[u32], delayed: u32, reads: &[usize]| {
+            let mut starts = vec![0u32];
+            for r in 0..6 {
+                starts.push(starts[r] + reads.contains(&r) as u32);
+            }
+            LayerOffsets {
+                heads: f.ints(heads),
+                n_heads: heads.len() as u32,
+                n_delayed: delayed,
+                xin: Csc { start: f.ints(&starts) },
+                ..Default::default()
+            }
+        };
+        let offsets = [
+            layer(&[quiet, quiet | 1], 0, &[0, 1]),
+            layer(&[quiet, QUIET_UNLESS_REACHED], 0, &[1]), // a head that decays
+            layer(&[quiet], 3, &[1]),                       // delayed channels
+            layer(&[], 0, &[1]),                            // no heads
+            layer(&[quiet | READ_UNLESS_Z], 0, &[1, 5]),
+        ];
+        let (gateable, readers) = gateable_readers(&offsets, &f, 6);
+        assert_eq!(gateable, 0b10001);
+        assert_eq!(readers, [0x0000_0301, 0x0000_0200]);
+    }
+
     #[test]
     fn a_neurons_record_holds_its_first_down_entries() {
         let pairs = [7, 70, 8, 80, 9, 90, 10, 100];
