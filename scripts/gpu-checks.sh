@@ -16,7 +16,8 @@
 #                 streams compared with the CPU engine's (.gpu/trace, made by build-gpu.sh)
 #   profile       each kernel built with -DPROFILE: cycles per pass by phase
 #   ncu           the real build's pass by phase: ncu's stall samples of strings' run (the
-#                 sparse kernel), summed between block barriers (scripts/ncu-phases.py);
+#                 sparse kernel), summed between block barriers, each phase's own samples
+#                 by stall reason (scripts/ncu-phases.py --reasons);
 #                 the per-instruction table in $OUT/ncu-source.csv.gz (by source line
 #                 where it comes back: scripts/ncu-lines.py)
 #   transformers  the chip pack exported as a stand-alone Qwen3_5ForCausalLM, stepped by
@@ -173,7 +174,7 @@ for section in "${SECTIONS[@]}"; do
         step 240 "$N" -k regex:chip_passes --section SourceCounters --section WarpStateStats -c 4 -f -o "$W/ncu" \
             $B/inband bench "${M[@]:2}" $E/strings.elf &&
             "$N" --import "$W/ncu.ncu-rep" --page source --csv --print-source sass >"$W/ncu-source.csv" 2>>"$LOG" &&
-            python3 scripts/ncu-phases.py "$W/ncu-source.csv" >>"$LOG" 2>&1 &&
+            python3 scripts/ncu-phases.py "$W/ncu-source.csv" --reasons >>"$LOG" 2>&1 &&
             gzip -c "$W/ncu-source.csv" >"$OUT/ncu-source.csv.gz"
         ;;
     transformers)

@@ -128,7 +128,13 @@
 // and the IEEE division between -89 and 17): −0.2 to −0.4 %, the profile as long, and
 // the token streams of hello, strings and int64 differ from the CPU engine's (their pass
 // counts do not): an exponential tens of ulps off is not the math the chip's margins
-// were made for.
+// were made for. On the H100, beside the kernel of abf0de1: each warp's reached neurons
+// queued in shared memory (in its slice of the chunk table) and fired a lane each, one
+// round of record loads where they fell in several of its rounds (−4.0 to −4.6 %: every
+// layer's MLP grew by ~0.5 k cycles, layers with one round too: the queue's store, warp
+// sync and load are steps on the chain of every warp that fires a neuron); the listing as
+// one called function for both matrices, instead of inlined twice (code 115 KB against
+// 118 KB: −4.3 to −5.2 %, each listing 0.2-0.3 k cycles longer).
 
 // The phases of the -DPROFILE cycle counts, per layer (MARK in chip_common.cuh, indexed
 // by the layer l being run).
@@ -166,7 +172,8 @@ struct Layer {
     unsigned n_heads, heads; // I: the heads whose q and k can be nonzero; bit 16: q and k
                              // are zero unless a signal reaches them; bit 17: decay is 1;
                              // bit 18: its read adds nothing unless a signal reaches z;
-                             // bit 19: q and k at qk_const while nothing reaches them
+                             // bit 19: q and k at qk_const while nothing reaches them;
+                             // bits 20 up: its key head
     Csc out;              // out_proj: columns are head outputs, rows residual dims
     Csc gate_up;          // gate rows 0..n_neur, up rows n_neur..2 n_neur
     unsigned n_neur, n_signal; // the neurons a signal can reach (the rest are constant), the
@@ -551,7 +558,7 @@ __device__ HELPER void value_head(unsigned entry, float4 p, const Layer &L, cons
     unsigned head = entry & 0xffff;
     bool quiet_unless_reached = (entry >> 16) & 1, no_decay = (entry >> 17) & 1, read_unless_z = (entry >> 18) & 1,
          qk_constant = (entry >> 19) & 1;
-    unsigned kh = head / (d.hv / d.hk);
+    unsigned kh = entry >> 20; // its key head, from the host (a division on the chain before)
 #ifdef PROFILE
     long long hlast = clock64();
 #endif
@@ -562,7 +569,7 @@ __device__ HELPER void value_head(unsigned entry, float4 p, const Layer &L, cons
 #pragma unroll
     for (unsigned j = 0; j < KJ; j++) {
         unsigned e = lane + 32 * j;
-        if (e < d.dk) reached |= xs[spread(kh * d.dk + e)] != 0.0f || xs[spread(d.key_dim + kh * d.dk + e)] != 0.0f;
+        if (e < d.dk) reached |= (xs[spread(kh * d.dk + e)] != 0.0f) | (xs[spread(d.key_dim + kh * d.dk + e)] != 0.0f);
     }
     reached = __any_sync(FULL, reached);
     // Nothing reaches q or k, and the decay is 1: the head neither writes nor reads.
@@ -908,6 +915,18 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
 #ifdef PROFILE
             if (threadIdx.x == 0) listed[1] += nz_count;
 #endif
+            // The input rows are zeroed for the next layer (the heads have read them) by the
+            // warps that have no batch of listed dims to list, during the listing (after the
+            // adds, by every warp, they took 0.3-0.9 k cycles of a layer on the H100: +0.7 to
+            // +1.1 % passes/s); where every warp lists, by all after the adds. A layer that
+            // wrote none of them (left out, or without heads and delayed channels) skips it.
+            const unsigned listing_warps = (min(nz_count, NZ_CAP) + 31) / 32;
+            const bool zero_rows = mixes && !untouched, zero_while_listing = zero_rows && listing_warps < WARPS;
+            if (zero_while_listing && threadIdx.x >= 32 * listing_warps) {
+                #pragma unroll 1
+                for (unsigned i = threadIdx.x - 32 * listing_warps; i < SPREAD_ROWS(d.scratch); i += THREADS - 32 * listing_warps)
+                    xs[i] = 0.0f;
+            }
             list_chunks<false>(L.gate_up, L.gate_up_cols, I, E, res, nz_cols, min(nz_count, NZ_CAP), hidden, d,
                                &error_sh, chunk_sh, chunk_n + 1, gu);
             __syncthreads();
@@ -919,7 +938,8 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
             if (threadIdx.x == 0) chunk_n[0] = 0;
             MARK(6);
             #pragma unroll 1
-            for (unsigned i = threadIdx.x; i < (untouched ? 0u : SPREAD_ROWS(d.scratch)); i += THREADS) xs[i] = 0.0f;
+            for (unsigned i = threadIdx.x; i < (zero_rows && !zero_while_listing ? SPREAD_ROWS(d.scratch) : 0u); i += THREADS)
+                xs[i] = 0.0f;
             __syncthreads();
             // (gate/up's length, zeroed for the next layer here too: its input scatter,
             // which zeroes it otherwise, may be left out.)

@@ -70,6 +70,9 @@ const READ_UNLESS_Z: u32 = 1 << 18;
 /// In a head's table entry: when no signal reaches its q and k, both are constants, each
 /// with at most one nonzero channel, stored normalised at `qk_const` (see [`constant_qk`]).
 const QK_CONSTANT: u32 = 1 << 19;
+/// In a head's table entry, from this bit up: its key head (the kernel's integer division
+/// of the head by the value heads per key head was on every head's chain).
+const KEY_HEAD_SHIFT: u32 = 20;
 /// A layer's palette entries per part (channels, z gates); in the channels' part the last
 /// code means "has delayed taps" (the kernel's `DELAYED_CODE`).
 const PALETTE: usize = 16;
@@ -567,13 +570,11 @@ fn mixer_tables(
             && gdn_decay(layer.a_log[h], xin.bias[a_row as usize], layer.dt_bias[h]) == 1.0;
         let read_unless_z = (0..dv).all(|e| closed(h * dv + e));
         let flag = |set: bool, bit: u32| if set { bit } else { 0 };
-        heads.push(
-            h as u32
-                | flag(quiet, QUIET_UNLESS_REACHED)
-                | flag(no_decay, NO_DECAY)
-                | flag(read_unless_z, READ_UNLESS_Z)
-                | flag(constant[kh].is_some(), QK_CONSTANT),
-        );
+        let flags = flag(quiet, QUIET_UNLESS_REACHED)
+            | flag(no_decay, NO_DECAY)
+            | flag(read_unless_z, READ_UNLESS_Z)
+            | flag(constant[kh].is_some(), QK_CONSTANT);
+        heads.push(head_entry(h, kh, flags));
     }
     let qk: Vec<f32> = constant
         .into_iter()
@@ -583,6 +584,13 @@ fn mixer_tables(
     o.n_heads = heads.len() as u32;
     o.heads = f.ints(&heads);
     Ok(rows)
+}
+
+/// A head's table entry: the value head in the low 16 bits, the flags above it, its key
+/// head from `KEY_HEAD_SHIFT` up.
+fn head_entry(head: usize, key_head: usize, flags: u32) -> u32 {
+    debug_assert!(head < 1 << 16 && key_head < 1 << (32 - KEY_HEAD_SHIFT));
+    head as u32 | flags | (key_head as u32) << KEY_HEAD_SHIFT
 }
 
 /// Key head `kh`'s q and k while no signal reaches them, as the kernel would normalise
@@ -758,6 +766,16 @@ mod tests {
         let (gateable, readers) = gateable_readers(&offsets, &f, 6);
         assert_eq!(gateable, 0b10001);
         assert_eq!(readers, [0x0000_0301, 0x0000_0200]);
+    }
+
+    /// The kernel reads the head from the low 16 bits, the flags from bits 16-19 and the
+    /// key head from bit 20 up (`value_head`): value head 5 of 32 reads key head 2 of 16.
+    #[test]
+    fn a_heads_entry_holds_its_key_head() {
+        let flags = QUIET_UNLESS_REACHED | QK_CONSTANT;
+        let e = head_entry(5, 5 / (32 / 16), flags);
+        assert_eq!((e & 0xffff, e >> KEY_HEAD_SHIFT), (5, 2));
+        assert_eq!(e & 0xf_0000, flags);
     }
 
     #[test]
