@@ -333,6 +333,10 @@ __device__ HELPER void column_of(const Csc &m, unsigned cols, const unsigned *__
     }
 }
 
+// How many warps list_chunks gives a batch of the n listed dims to (every warp where this
+// is WARPS or more); the others are free during a listing.
+__device__ __forceinline__ unsigned warps_with_batches(unsigned n) { return (n + 31) / 32; }
+
 template <bool SPREAD>
 __device__ HELPER void list_chunks(const Csc &m, unsigned m_cols, const unsigned *__restrict__ I,
                                    const uint2 *__restrict__ E, const unsigned *res, const unsigned *cols, unsigned n,
@@ -920,7 +924,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
             // adds, by every warp, they took 0.3-0.9 k cycles of a layer on the H100: +0.7 to
             // +1.1 % passes/s); where every warp lists, by all after the adds. A layer that
             // wrote none of them (left out, or without heads and delayed channels) skips it.
-            const unsigned listing_warps = (min(nz_count, NZ_CAP) + 31) / 32;
+            const unsigned listing_warps = warps_with_batches(min(nz_count, NZ_CAP));
             const bool zero_rows = mixes && !untouched, zero_while_listing = zero_rows && listing_warps < WARPS;
             if (zero_while_listing && threadIdx.x >= 32 * listing_warps) {
                 #pragma unroll 1
