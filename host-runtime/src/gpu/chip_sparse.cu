@@ -134,7 +134,18 @@
 // layer's MLP grew by ~0.5 k cycles, layers with one round too: the queue's store, warp
 // sync and load are steps on the chain of every warp that fires a neuron); the listing as
 // one called function for both matrices, instead of inlined twice (code 115 KB against
-// 118 KB: −4.3 to −5.2 %, each listing 0.2-0.3 k cycles longer).
+// 118 KB: −4.3 to −5.2 %, each listing 0.2-0.3 k cycles longer). On the H100, beside the
+// kernel of be509b1: gate/up's chunks of the dims listed before the heads
+// listed during them by the warps without a head, each chunk holding its dim (its value
+// read where it is added, since the heads may add into it), and the few dims the heads
+// listed added after them a warp each, with no listing phase (−3.1 to −3.9 %: the listed
+// dims that are zero, which a listing skips, went in too, 297 chunks a pass against 218,
+// and the adds' phase grew by the new dims' column lookups and a second round of loads by
+// more than the listing's phase it saved); the input rows zeroed in float4s
+// during the listing (+0.0 %); each reached neuron's record asked of L1
+// (`prefetch.global.L1`) as gate/up's entries are added (−0.6 %); the z gate's silus
+// computed together where a lane needs one (+0.1 to +0.3 %, noise); the delayed conv two
+// channels a thread with their loads issued together (+0.0 %).
 
 // The phases of the -DPROFILE cycle counts, per layer (MARK in chip_common.cuh, indexed
 // by the layer l being run).
@@ -198,8 +209,9 @@ struct Layer {
 // The kernel runs more code per pass than the SM's instruction cache holds if every
 // helper is inlined at every use: phases that are cheap in instructions then wait on
 // instruction fetches (measured: the token choice took 76 k cycles a pass, 5 k after).
-// So the pure-arithmetic helper silu is a call, one copy, where it is not on a head's
-// chain (the heads inline it and skip the zeros' divisions and gates: 3 % faster).
+// So the pure-arithmetic helper silu is a call, one copy, in the delayed conv (the heads
+// inline it and skip the zeros' divisions and gates: 3 % faster; the MLP's neurons inline
+// it too: its chain is every layer's, and the call cost 0.5 %).
 __device__ __noinline__ float silu_call(float x) { return silu_f(x); }
 
 // The helpers that load memory are inlined: their loads issue together with the caller's,
@@ -233,16 +245,19 @@ struct Listing {
     unsigned *reach;
 };
 
-// Lists residual dim r, once per pass, as it is written.
+// Lists residual dim r, once per pass, as it is written. (Its readers byte is loaded
+// beside the dirty word, and or-ed into `reach` without reading it first: an atomic whose
+// result is unused waits for nothing. Two steps fewer on the chain of each write of a
+// dim not yet listed.)
 __device__ __forceinline__ void mark(const Listing &z, unsigned r) {
     unsigned bit = 1u << (r % 32);
+    unsigned m = z.readers[r & z.readers_mask];
     if (z.dirty[r / 32] & bit) return;
     if (atomicOr(z.dirty + r / 32, bit) & bit) return;
+    if (m) atomicOr(z.reach, m);
     unsigned at = atomicAdd(z.count, 1u);
     if (at < NZ_CAP) z.cols[at] = r;
     else *z.flag = ERR_TOO_MANY_NONZEROS;
-    unsigned m = z.readers[r & z.readers_mask];
-    if (m & ~*z.reach) atomicOr(z.reach, m);
 }
 
 // out[row] += weight * x for every entry of the listed dims' columns, x the normed input
@@ -349,11 +364,13 @@ __device__ HELPER void list_chunks(const Csc &m, unsigned m_cols, const unsigned
         if (t < n) {
             unsigned c = cols[t];
             float v = hidden[c];
+            // The column's lookup does not wait for the value's load and test (one step
+            // fewer on the listing's chain: +0.6 to +0.7 % passes/s, H100); a zero dim
+            // then adds no chunk.
+            column_of(m, m_cols, I, res, d, c, from, len);
             if (!(v * v + v * v < d.anchor_ulp)) *flag = ERR_NORM_UNPINNED;
-            if (v != 0.0f) {
-                x = v * d.norm_inv;
-                column_of(m, m_cols, I, res, d, c, from, len);
-            }
+            x = v * d.norm_inv;
+            if (v == 0.0f) len = 0;
         }
         append_own_chunks(from, len, x, table, count, [&](unsigned f, unsigned l, float x) {
             for (unsigned i = 0; i < l; i++) {
@@ -691,7 +708,8 @@ __device__ HELPER void value_head(unsigned entry, float4 p, const Layer &L, cons
         gain[j] = zt.z;
         from[j] = in ? __ldg(I + L.out.start + c) : 0;
         to[j] = in ? __ldg(I + L.out.start + c + 1) : 0;
-        open |= sz[j] != 0.0f && gain[j] != 0.0f && zt.w != 0.0f; // zt.w: out_proj entries exist
+        // (zt.w: out_proj entries exist; `&`, not `&&`: three tests, no branches)
+        open |= (sz[j] != 0.0f) & (gain[j] != 0.0f) & (zt.w != 0.0f);
     }
     // The z gate shuts every column (silu(z) or the gain exactly 0, or no out_proj entry):
     // every output is a zero the out_proj would skip, so the read is not needed. A gated
@@ -972,15 +990,19 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
                 // nothing (n_awake 0): its record is not loaded (every neuron's record and
                 // down ends are ~150 KB a pass at the 0.8b shape, a pass's other tables
                 // ~50 KB).
-                float gs = t < L.n_signal ? gu[t] : 0.0f, us = t < L.n_signal ? gu[L.n_neur + t] : 0.0f;
+                // The scan of every neuron's gate and up rows was most of the MLPs' samples
+                // (ncu): every lane reads its rows (a lane past the end the last neuron's)
+                // and one test without branches decides (+1.2 to +1.5 % passes/s, H100).
+                const unsigned tc = min(t, L.n_signal - 1u);
+                float gs = gu[tc], us = gu[L.n_neur + tc];
                 uint4 first = make_uint4(0, 0, 0, 0);
-                if (t < L.n_signal && (gs != 0.0f || us != 0.0f || L.n_awake != 0)) {
+                if ((t < L.n_signal) & ((gs != 0.0f) | (us != 0.0f) | (L.n_awake != 0))) {
                     uint4 nr = __ldg((const uint4 *)(I + L.neuron) + 2 * t);
                     first = __ldg((const uint4 *)(I + L.neuron) + 2 * t + 1);
                     down = make_uint2(nr.z, nr.w);
                     float g = gs + __uint_as_float(nr.x), u = us + __uint_as_float(nr.y);
                     gu[t] = gu[L.n_neur + t] = 0.0f;
-                    a = silu_call(g) * u;
+                    a = silu_f(g) * u; // (inlined: +0.5 % passes/s against the call, H100)
                 }
                 if (scatter_down) {
                     append_chunks(down.x, a != 0.0f ? down.y - down.x : 0, a, chunk_sh, chunk_n,
