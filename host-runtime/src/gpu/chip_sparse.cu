@@ -135,17 +135,17 @@
 // sync and load are steps on the chain of every warp that fires a neuron); the listing as
 // one called function for both matrices, instead of inlined twice (code 115 KB against
 // 118 KB: −4.3 to −5.2 %, each listing 0.2-0.3 k cycles longer). On the H100, beside the
-// kernel of be509b1: gate/up's chunks of the dims listed before the heads
-// listed during them by the warps without a head, each chunk holding its dim (its value
-// read where it is added, since the heads may add into it), and the few dims the heads
-// listed added after them a warp each, with no listing phase (−3.1 to −3.9 %: the listed
-// dims that are zero, which a listing skips, went in too, 297 chunks a pass against 218,
-// and the adds' phase grew by the new dims' column lookups and a second round of loads by
-// more than the listing's phase it saved); the input rows zeroed in float4s
-// during the listing (+0.0 %); each reached neuron's record asked of L1
-// (`prefetch.global.L1`) as gate/up's entries are added (−0.6 %); the z gate's silus
-// computed together where a lane needs one (+0.1 to +0.3 %, noise); the delayed conv two
-// channels a thread with their loads issued together (+0.0 %).
+// kernel of be509b1: gate/up's chunks of the dims listed before the heads listed during
+// them by the warps without a head, each chunk holding its dim (its value read where it is
+// added, since the heads may add into it), and the few dims the heads listed added after
+// them a warp each, with no listing phase (−3.1 to −3.9 %: the listed dims that are zero,
+// which a listing skips, went in too, 297 chunks a pass against 218, and the adds' phase
+// grew by the new dims' column lookups and a second round of loads by more than the
+// listing's phase it saved); the input rows zeroed in float4s during the listing
+// (+0.0 %); each reached neuron's record asked of L1 (`prefetch.global.L1`) as gate/up's
+// entries are added (−0.6 %); the z gate's silus computed together where a lane needs one
+// (+0.1 to +0.3 %, noise); the delayed conv two channels a thread with their loads issued
+// together (+0.0 %).
 
 // The phases of the -DPROFILE cycle counts, per layer (MARK in chip_common.cuh, indexed
 // by the layer l being run).
