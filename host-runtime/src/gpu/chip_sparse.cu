@@ -942,14 +942,14 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
             // adds, by every warp, they took 0.3-0.9 k cycles of a layer on the H100: +0.7 to
             // +1.1 % passes/s); where every warp lists, by all after the adds. A layer that
             // wrote none of them (left out, or without heads and delayed channels) skips it.
-            const unsigned listing_warps = warps_with_batches(min(nz_count, NZ_CAP));
+            const unsigned listed = min(nz_count, NZ_CAP), listing_warps = warps_with_batches(listed);
             const bool zero_rows = mixes && !untouched, zero_while_listing = zero_rows && listing_warps < WARPS;
             if (zero_while_listing && threadIdx.x >= 32 * listing_warps) {
                 #pragma unroll 1
                 for (unsigned i = threadIdx.x - 32 * listing_warps; i < SPREAD_ROWS(d.scratch); i += THREADS - 32 * listing_warps)
                     xs[i] = 0.0f;
             }
-            list_chunks<false>(L.gate_up, L.gate_up_cols, I, E, res, nz_cols, min(nz_count, NZ_CAP), hidden, d,
+            list_chunks<false>(L.gate_up, L.gate_up_cols, I, E, res, nz_cols, listed, hidden, d,
                                &error_sh, chunk_sh, chunk_n + 1, gu);
             __syncthreads();
 #ifdef PROFILE
