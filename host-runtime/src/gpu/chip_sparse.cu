@@ -145,7 +145,10 @@
 // (+0.0 %); each reached neuron's record asked of L1 (`prefetch.global.L1`) as gate/up's
 // entries are added (−0.6 %); the z gate's silus computed together where a lane needs one
 // (+0.1 to +0.3 %, noise); the delayed conv two channels a thread with their loads issued
-// together (+0.0 %).
+// together (+0.0 %). On the H100, beside the kernel of 802e474: a firing neuron's two
+// first down entries added before either is marked (−0.3 to +0.3 %, noise). Compiled here
+// and not run, for their code: the listings' overflow and a delayed channel's rank as
+// calls instead of inlined (the calls' register saves made the code larger, with spills).
 
 // The phases of the -DPROFILE cycle counts, per layer (MARK in chip_common.cuh, indexed
 // by the layer l being run).
@@ -769,9 +772,10 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
     // in chunk_n[0], gate/up's in chunk_n[1]; each scatter zeroes the other's length.
     __shared__ uint2 chunk_sh[CHUNK_CAP];
     __shared__ unsigned chunk_n[2];
-    // The layers that may be left out (a bit each, by layer), and the readers bits of the
-    // dims listed this pass (a bit each, by the layer's rank among those).
-    __shared__ unsigned gateable_sh, reach_sh;
+    // Per layer, its readers bit where it may be left out (bit k for the k-th such layer),
+    // else 0; and the readers bits of the dims listed this pass. (Made once a launch: the
+    // layer's rank by a popc at every layer's top was that phase's most sampled code.)
+    __shared__ unsigned gate_bit_sh[MAX_LAYERS], reach_sh;
     __shared__ unsigned char no_readers;
     const Listing z = {dirty, nz_cols, &nz_count, &error_sh, readers ? readers : &no_readers, readers ? ~0u : 0u,
                        &reach_sh};
@@ -817,7 +821,10 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
     // (its input rows stay zero): the host's `gateable_readers` says which layers (the
     // 0.8b chip's ROM, layer 1, and the layers the memory ports read, 4-8) and which dims
     // reach each.
-    if (threadIdx.x == 0) gateable_sh = readers ? d.gateable : 0u;
+    if (threadIdx.x < d.layers) {
+        const unsigned g = readers ? d.gateable : 0u, li = threadIdx.x;
+        gate_bit_sh[li] = (g >> li) & 1u ? 1u << __popc(g & ((1u << li) - 1u)) : 0u;
+    }
     #pragma unroll 1
     for (unsigned i = threadIdx.x; readers && i < (d.width + 3) / 4; i += THREADS)
         ((unsigned *)readers)[i] = I[d.readers_at + i];
@@ -850,6 +857,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
                 unsigned r = d.chip_base + tk.kind_dim[k];
                 if (lane < nf) {
                     unsigned below = 1; // the product of the later fields' sizes
+                    #pragma unroll 1 // (see the token choice's loop)
                     for (unsigned g = lane + 1; g < nf; g++) below *= tk.field_size[tk.kind_fields[k * 8 + g]];
                     unsigned fid = tk.kind_fields[k * 8 + lane];
                     r = d.chip_base + tk.field_dim[fid] + (idx / below) % tk.field_size[fid];
@@ -878,8 +886,8 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
             // heads did not write). The answer is the same in every warp; a vote, so that
             // the compiler sees it uniform (a barrier under a condition it cannot see is
             // uniform moves the layer tables' loads out of uniform registers).
-            const unsigned rank = __popc(gateable_sh & ((1u << li) - 1u));
-            const bool untouched = __any_sync(FULL, ((gateable_sh >> li) & 1u) && !((reach_sh >> rank) & 1u));
+            const unsigned gate_bit = gate_bit_sh[li];
+            const bool untouched = __any_sync(FULL, gate_bit != 0u && !(reach_sh & gate_bit));
 #ifdef PROFILE
             if (threadIdx.x == 0 && untouched) left_out++;
 #endif
@@ -1043,6 +1051,9 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
             unsigned idx = 0;
             if (have) {
                 score = hidden[d.chip_base + tk.kind_dim[k]];
+                // (Not unrolled, nor the embedding's loop over later fields: unrolled, the two
+                // took 7 KB of the kernel's code, fetched on every pass.)
+                #pragma unroll 1
                 for (unsigned f = 0; f < tk.kind_nf[k]; f++) {
                     unsigned fid = tk.kind_fields[k * 8 + f];
                     score += tk.field_score[fid];
