@@ -773,8 +773,8 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
     __shared__ uint2 chunk_sh[CHUNK_CAP];
     __shared__ unsigned chunk_n[2];
     // Per layer, its readers bit where it may be left out (bit k for the k-th such layer),
-    // else 0; and the readers bits of the dims listed this pass. (Made once a launch: the
-    // layer's rank by a popc at every layer's top was that phase's most sampled code.)
+    // else 0; and the readers bits of the dims listed this pass. (Made once a launch: ncu
+    // sampled the layer top's rank count and vote most of the input listing's own samples.)
     __shared__ unsigned gate_bit_sh[MAX_LAYERS], reach_sh;
     __shared__ unsigned char no_readers;
     const Listing z = {dirty, nz_cols, &nz_count, &error_sh, readers ? readers : &no_readers, readers ? ~0u : 0u,
