@@ -149,6 +149,12 @@
 // first down entries added before either is marked (−0.3 to +0.3 %, noise). Compiled here
 // and not run, for their code: the listings' overflow and a delayed channel's rank as
 // calls instead of inlined (the calls' register saves made the code larger, with spills).
+// On the H100, beside a long column placed by the whole warp: a warp's lanes adding their
+// first down entries into one residual row summed in lane order (`__match_any_sync`) and
+// added by one atomic (−2.3 to −2.9 %: its vote, match and shuffles are steps on the
+// chain of every warp that fires a neuron, where they save a few CAS rounds); that, and
+// each placed chunk's entries asked of L1 (`prefetch.global.L1`) as it is placed (−3.3 to
+// −4.1 % more).
 
 // The phases of the -DPROFILE cycle counts, per layer (MARK in chip_common.cuh, indexed
 // by the layer l being run).
@@ -319,13 +325,31 @@ __device__ HELPER void append_chunks(unsigned from, unsigned len, float x, uint2
 // serialised, but the listing's chain loses 8 of its ~15 dependent steps (measured on the
 // H100: +3.6 to +4.1 % passes/s; the last layer's down columns, 32 lanes with a chunk
 // each, keep the warp's prefix sum).
+//
+// A lane places up to OWN_CHUNKS chunks itself; a longer column's chunks are placed by the
+// whole warp, a chunk a lane, one such column at a time. (A listed dim can feed most of a
+// layer's neurons: layer 2's decoder inputs have columns of ~40 chunks, and one lane
+// placing them one after another was most of the listing's time: per warp, the lookups
+// ~0.6 k cycles, the placing 0.7-3 k. Measured on the H100: +3.2 to +3.7 % passes/s.)
+// Every lane of the warp calls it.
+#define OWN_CHUNKS 4u
 template <typename Overflow>
 __device__ HELPER void append_own_chunks(unsigned from, unsigned len, float x, uint2 *table, unsigned *count,
                                          Overflow overflow) {
-    unsigned chunks = (len + 31) / 32;
-    if (chunks == 0) return;
-    unsigned at = atomicAdd(count, chunks);
-    place_chunks(at, from, len, x, table, overflow);
+    unsigned lane = threadIdx.x % 32, chunks = (len + 31) / 32, at = 0;
+    if (chunks != 0) at = atomicAdd(count, chunks);
+    if (chunks <= OWN_CHUNKS) place_chunks(at, from, len, x, table, overflow);
+    for (unsigned m = __ballot_sync(FULL, chunks > OWN_CHUNKS); m; m &= m - 1) {
+        unsigned b = __ffs(m) - 1;
+        unsigned at_b = __shfl_sync(FULL, at, b), from_b = __shfl_sync(FULL, from, b),
+                 len_b = __shfl_sync(FULL, len, b);
+        float x_b = __shfl_sync(FULL, x, b);
+        for (unsigned k = lane; 32 * k < len_b; k += 32) {
+            unsigned f = from_b + 32 * k, l = min(32u, len_b - 32 * k);
+            if (at_b + k < CHUNK_CAP) table[at_b + k] = make_uint2((f << 6) | l, __float_as_uint(x_b));
+            else overflow(f, l, x_b);
+        }
+    }
 }
 
 // Where column c of matrix m starts (from) and how many entries it has (len): from the
@@ -376,6 +400,7 @@ __device__ HELPER void list_chunks(const Csc &m, unsigned m_cols, const unsigned
             if (v == 0.0f) len = 0;
         }
         append_own_chunks(from, len, x, table, count, [&](unsigned f, unsigned l, float x) {
+            #pragma unroll 1
             for (unsigned i = 0; i < l; i++) {
                 uint2 e = __ldg(E + f + i);
                 atomicAdd(out + (SPREAD ? spread(e.x) : e.x), __uint_as_float(e.y) * x);
