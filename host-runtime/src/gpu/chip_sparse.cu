@@ -286,17 +286,23 @@ __device__ __forceinline__ void mark(const Listing &z, unsigned r) {
 // whole list) cut the kernel's instructions by 43 % (ncu, hello).
 #define CHUNK_CAP 1024
 
+// Writes the chunk of entries E[f, f + l) (l <= 32) times x into the chunk table's slot
+// as {f << 6 | l, x}; past the table's end it goes to overflow(f, l, x) instead, for the
+// lane to add itself (slower, never wrong).
+template <typename Overflow>
+__device__ __forceinline__ void place_chunk(unsigned slot, unsigned f, unsigned l, float x, uint2 *table,
+                                            Overflow overflow) {
+    if (slot < CHUNK_CAP) table[slot] = make_uint2((f << 6) | l, __float_as_uint(x));
+    else overflow(f, l, x);
+}
+
 // Writes entries E[from, from + len) times x into the chunk table from slot `at` on, as
-// 32-entry chunks {from << 6 | length, x}; a chunk past the table's end goes to
-// overflow(from, length, x) instead, for the lane to add itself (slower, never wrong).
+// 32-entry chunks (`place_chunk`).
 template <typename Overflow>
 __device__ HELPER void place_chunks(unsigned at, unsigned from, unsigned len, float x, uint2 *table,
                                     Overflow overflow) {
-    for (unsigned k = 0, chunks = (len + 31) / 32; k < chunks; k++) {
-        unsigned f = from + 32 * k, l = min(32u, len - 32 * k);
-        if (at + k < CHUNK_CAP) table[at + k] = make_uint2((f << 6) | l, __float_as_uint(x));
-        else overflow(f, l, x);
-    }
+    for (unsigned k = 0, chunks = (len + 31) / 32; k < chunks; k++)
+        place_chunk(at + k, from + 32 * k, min(32u, len - 32 * k), x, table, overflow);
 }
 
 // Appends each lane's entries E[from, from + len) times x to the chunk table as 32-entry
@@ -344,11 +350,8 @@ __device__ HELPER void append_own_chunks(unsigned from, unsigned len, float x, u
         unsigned at_b = __shfl_sync(FULL, at, b), from_b = __shfl_sync(FULL, from, b),
                  len_b = __shfl_sync(FULL, len, b);
         float x_b = __shfl_sync(FULL, x, b);
-        for (unsigned k = lane; 32 * k < len_b; k += 32) {
-            unsigned f = from_b + 32 * k, l = min(32u, len_b - 32 * k);
-            if (at_b + k < CHUNK_CAP) table[at_b + k] = make_uint2((f << 6) | l, __float_as_uint(x_b));
-            else overflow(f, l, x_b);
-        }
+        for (unsigned k = lane; 32 * k < len_b; k += 32)
+            place_chunk(at_b + k, from_b + 32 * k, min(32u, len_b - 32 * k), x_b, table, overflow);
     }
 }
 
