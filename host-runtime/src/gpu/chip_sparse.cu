@@ -154,7 +154,12 @@
 // added by one atomic (−2.3 to −2.9 %: its vote, match and shuffles are steps on the
 // chain of every warp that fires a neuron, where they save a few CAS rounds); that, and
 // each placed chunk's entries asked of L1 (`prefetch.global.L1`) as it is placed (−3.3 to
-// −4.1 % more).
+// −4.1 % more). On the H100, beside the kernel of 260da70: OWN_CHUNKS 1, 2 and 8 (−2.5 to
+// −5.1 %, −0.3 to −0.6 %, the same); gate/up pulled where a layer's rows are short, each
+// signal neuron's gate and up entries in a row of their own that one thread sums (no
+// listing, no barrier after it, no adds' round; layer 0, rows of at most 8 entries: the
+// same, its pull as long as the listing and adds it replaced, for it reads every entry of
+// every neuron; with layer 1's rows of up to 24 too, −2.7 to −3.0 %).
 
 // The phases of the -DPROFILE cycle counts, per layer (MARK in chip_common.cuh, indexed
 // by the layer l being run).

@@ -36,7 +36,8 @@ const SPARSE_KERNEL: &str = include_str!("chip_sparse.cu");
 /// of at most one machine an SM): at 1,024 threads a thread holds 64 registers and the
 /// value heads' chains spill (32 bytes), at 768 it holds 80. Measured on the H200 at the
 /// 0.8b shape (16 value heads), single stream: 768 and 640 threads +1.8 to +2.2 %
-/// passes/s over 1,024, 512 −2.7 % (the scatters' and MLPs' loops twice as long).
+/// passes/s over 1,024, 512 −2.7 % (the scatters' and MLPs' loops twice as long); on the
+/// H100 (2026-12-06) 640 and 704 threads +0.1 to −0.6 %, 832 and 896 −2.0 to −2.5 % against 768.
 pub const THREADS_ALONE_MIN: u32 = 768;
 /// Replaces [`threads_alone`]'s choice (32 to 1024, a multiple of 32): a tuning knob,
 /// for measuring the block shape of a single stream.
