@@ -159,7 +159,7 @@
 // signal neuron's gate and up entries in a row of their own that one thread sums (no
 // listing, no barrier after it, no adds' round; layer 0, rows of at most 8 entries: the
 // same, its pull as long as the listing and adds it replaced, for it reads every entry of
-// every neuron; with layer 1's rows of up to 24 too, −2.7 to −3.0 %).
+// every neuron; with layer 1's too, rows of up to 18 entries, −2.7 to −3.0 %).
 
 // The phases of the -DPROFILE cycle counts, per layer (MARK in chip_common.cuh, indexed
 // by the layer l being run).
