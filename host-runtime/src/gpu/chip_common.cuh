@@ -43,7 +43,6 @@ struct Dims {
     // and the unit in the last place of the anchors' sum of squares: any other square of
     // half that or more would move the norm, which the kernel reports instead.
     float norm_inv, anchor_ulp;
-    unsigned delayed; // the most conv channels with delayed taps in a layer
     unsigned state_floats; // S floats of one machine
     // The activation-sparse kernel only: its tables in shared memory (I words at
     // resident_at, float4 palette entries at W's palette_at), copied in once a launch.

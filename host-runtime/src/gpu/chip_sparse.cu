@@ -182,8 +182,6 @@ struct Layer {
     Csc xin;              // rows: conv channel c at c, z at z_at, b at b_at, a at a_at
     unsigned codes, zcodes; // resident words: a 4-bit palette code (eight a word) per conv
                             // channel, per value column
-    unsigned delayed_bits, delayed_prefix; // resident words, where the layer has channels with
-                                           // delayed taps: their bitmap, its prefix counts
 
     unsigned n_delayed, delayed, taps, conv_state; // channels whose conv reads earlier passes:
                           // I: {channel, its anchors' share} each; W: their four taps each
@@ -516,9 +514,9 @@ __device__ __forceinline__ unsigned code_of(const unsigned *codes, unsigned i) {
     return (codes[i >> 3] >> (4 * (i & 7))) & 15u;
 }
 
-// Each channel's table {silu(w3 * bias), w3, bias, delayed index + 1 or 0} of channels
-// base + lane + 32 j (j < KJ, lane + 32 j < n; zeros past n), from the resident palette; a
-// channel with delayed taps is numbered by its rank among them.
+// Each channel's table {silu(w3 * bias), w3, bias, 1 where it has delayed taps, else 0} of
+// channels base + lane + 32 j (j < KJ, lane + 32 j < n; zeros past n), from the resident
+// palette.
 __device__ HELPER void channel_tables(const Layer &L, const unsigned *res, const float4 *pal, unsigned base, unsigned n,
                                       float4 (&t)[KJ]) {
     unsigned lane = threadIdx.x % 32;
@@ -530,28 +528,21 @@ __device__ HELPER void channel_tables(const Layer &L, const unsigned *res, const
             continue;
         }
         unsigned code = code_of(res + L.codes, c);
-        if (code == DELAYED_CODE) {
-            // (The bitmap's offsets are read here only: most layers have no delayed channel.)
-            const unsigned *mask = res + L.delayed_bits, *prefix = res + L.delayed_prefix;
-            unsigned rank = prefix[c / 32] + __popc(mask[c / 32] & ((1u << (c % 32)) - 1u));
-            t[j] = make_float4(0.0f, 0.0f, 0.0f, (float)(rank + 1));
-        } else {
-            t[j] = pal[L.palette + code];
-        }
+        t[j] = code == DELAYED_CODE ? make_float4(0.0f, 0.0f, 0.0f, 1.0f) : pal[L.palette + code];
     }
 }
 
-// The conv outputs of those channels from their tables t: a delayed channel's from the
-// conv phase (y, by its index among the delayed, plus one); otherwise, with no signal
-// reaching it, silu(w3 * bias) (precomputed), else silu(0 + w3 * (sum + bias)), the CPU's
-// fold with its zero taps dropped. 0 past n.
-__device__ HELPER void channels_out(const float4 (&t)[KJ], const float *xs, const float *y, unsigned base, unsigned n,
+// The conv outputs of those channels from their tables t: a delayed channel's is its input
+// row (the conv phase wrote its output there); otherwise, with no signal reaching it,
+// silu(w3 * bias) (precomputed), else silu(0 + w3 * (sum + bias)), the CPU's fold with its
+// zero taps dropped. 0 past n.
+__device__ HELPER void channels_out(const float4 (&t)[KJ], const float *xs, unsigned base, unsigned n,
                                     float (&out)[KJ]) {
     unsigned lane = threadIdx.x % 32;
 #pragma unroll
     for (unsigned j = 0; j < KJ; j++) {
         float sum = lane + 32 * j < n ? xs[spread(base + lane + 32 * j)] : 0.0f;
-        if (t[j].w != 0.0f) out[j] = y[(unsigned)t[j].w - 1];
+        if (t[j].w != 0.0f) out[j] = sum;
         else if (sum == 0.0f) out[j] = t[j].x;
         else out[j] = silu_f(0.0f + t[j].y * (sum + t[j].z));
     }
@@ -605,7 +596,7 @@ __device__ __forceinline__ void over_rows(float *st, unsigned dv, const float (&
 // `entry` is its heads-table entry, `p` its {A_log, dt_bias, b's and a's anchor shares}.
 __device__ HELPER void value_head(unsigned entry, float4 p, const Layer &L, const Dims &d, const unsigned *__restrict__ I,
                                   const uint2 *__restrict__ E, const float *__restrict__ W, const unsigned *res,
-                                  const float4 *pal, float *S, const float *y, const float *xs, float *hidden,
+                                  const float4 *pal, float *S, const float *xs, float *hidden,
                                   const Listing &z
 #ifdef PROFILE
                                   , long long *hprof
@@ -664,9 +655,9 @@ __device__ HELPER void value_head(unsigned entry, float4 p, const Layer &L, cons
         float4 tq[KJ], tk[KJ];
         channel_tables(L, res, pal, kh * d.dk, nq, tq);
         channel_tables(L, res, pal, d.key_dim + kh * d.dk, nk, tk);
-        channels_out(tq, xs, y, kh * d.dk, nq, q);
+        channels_out(tq, xs, kh * d.dk, nq, q);
         HMARK(1);
-        channels_out(tk, xs, y, d.key_dim + kh * d.dk, nk, k);
+        channels_out(tk, xs, d.key_dim + kh * d.dk, nk, k);
     }
     HMARK(2);
     float a_raw = xs[spread(L.a_at + head)] + p.w;
@@ -719,7 +710,7 @@ __device__ HELPER void value_head(unsigned entry, float4 p, const Layer &L, cons
         float v[KJ], mem[KJ] = {};
         float4 tv[KJ];
         channel_tables(L, res, pal, 2 * d.key_dim + head * d.dv, d.dv, tv);
-        channels_out(tv, xs, y, 2 * d.key_dim + head * d.dv, d.dv, v);
+        channels_out(tv, xs, 2 * d.key_dim + head * d.dv, d.dv, v);
         HMARK(6);
         over_rows<false>(st, d.dv, k, mem);
         HMARK(7);
@@ -787,8 +778,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
     float4 *pal = sh4;                                   // d.palettes: the resident palettes
     float *sh = (float *)(sh4 + d.palettes);
     float *hidden = sh;                                  // width
-    float *y = hidden + d.width;                         // d.delayed: delayed channels' outputs
-    float *xs = y + d.delayed;                           // SPREAD_ROWS(d.scratch): the input projections' rows
+    float *xs = hidden + d.width;                        // SPREAD_ROWS(d.scratch): the input projections' rows
     float *gu = xs + SPREAD_ROWS(d.scratch);             // d.act: gate and up rows
     unsigned *nz_cols = (unsigned *)(gu + d.act);        // NZ_CAP: the listed dims
     unsigned *dirty = nz_cols + NZ_CAP;                  // (width + 31) / 32: the listed dims' bits
@@ -824,7 +814,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
     #pragma unroll 1
     for (unsigned i = threadIdx.x; i < d.palettes; i += THREADS) pal[i] = ((const float4 *)(W + d.palette_at))[i];
     #pragma unroll 1
-    for (unsigned i = threadIdx.x; i < d.width + d.delayed + SPREAD_ROWS(d.scratch) + d.act; i += THREADS)
+    for (unsigned i = threadIdx.x; i < d.width + SPREAD_ROWS(d.scratch) + d.act; i += THREADS)
         hidden[i] = 0.0f;
     for (unsigned i = threadIdx.x; i < (d.width + 31) / 32; i += THREADS) dirty[i] = 0;
     if (threadIdx.x == 0) error_sh = nz_count = chunk_n[0] = chunk_n[1] = reach_sh = no_readers = 0;
@@ -884,17 +874,26 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
             // them all one after another, each `mark` two shared atomics: measured, the
             // lanes at once +0.5 to +1.5 % passes/s.)
             unsigned nf = tk.kind_nf[k], idx = token - tk.kind_off[k];
+            unsigned fid = lane < nf ? tk.kind_fields[k * 8 + lane] : 0u;
+            unsigned size = lane < nf ? tk.field_size[fid] : 1u;
+            // The product of the later fields' sizes (lanes past nf hold 1), by shuffles:
+            // after the steps, `later` is the product of this field's size and every later
+            // one's (the host allows at most 8 fields a kind). (It was a loop of two
+            // dependent loads a field; with the token choice's loads below issued together:
+            // +0.0 to +0.3 % passes/s on the H100.)
+            unsigned later = size;
+#pragma unroll
+            for (unsigned o = 1; o < 8; o <<= 1) {
+                unsigned next = __shfl_sync(FULL, later, (lane + o) & 31u);
+                if (lane + o < 8) later *= next;
+            }
+            unsigned below = __shfl_sync(FULL, later, (lane + 1) & 31u);
+            if (lane + 1 >= 8) below = 1;
             if (lane == 0) nz_count = 0;
             __syncwarp();
             if (lane <= nf) {
                 unsigned r = d.chip_base + tk.kind_dim[k];
-                if (lane < nf) {
-                    unsigned below = 1; // the product of the later fields' sizes
-                    #pragma unroll 1 // (see the token choice's loop)
-                    for (unsigned g = lane + 1; g < nf; g++) below *= tk.field_size[tk.kind_fields[k * 8 + g]];
-                    unsigned fid = tk.kind_fields[k * 8 + lane];
-                    r = d.chip_base + tk.field_dim[fid] + (idx / below) % tk.field_size[fid];
-                }
+                if (lane < nf) r = d.chip_base + tk.field_dim[fid] + (idx / below) % size;
                 mark(z, r);
                 hidden[r] = 1.0f;
             }
@@ -937,7 +936,12 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
             if (!untouched) __syncthreads();
             MARK(1);
             // The causal conv of the channels that read earlier passes (raw = scattered sum
-            // + anchors' share); the others' conv is a multiply, done where they are read.
+            // + anchors' share), its output written over the channel's input row, where the
+            // heads read it (a rank among the delayed channels and a buffer of their own put
+            // two shared loads and a popc on layer 3's k chains: +1.0 to +1.2 % passes/s
+            // without them, H100); the others' conv is a multiply, done where they are read.
+            // (Such a layer is never left out, `gateable_readers`: its input rows are zeroed
+            // after its heads.)
             if (L.n_delayed > 0) {
                 float *cs = S + L.conv_state;
                 #pragma unroll 1
@@ -946,13 +950,14 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
                     float4 w = __ldg((const float4 *)(W + L.taps) + i);
                     float c0 = cs[(ring % 3) * L.n_delayed + i], c1 = cs[((ring + 1) % 3) * L.n_delayed + i],
                           c2 = cs[((ring + 2) % 3) * L.n_delayed + i];
-                    float raw = xs[spread(ch.x)] + __uint_as_float(ch.y);
+                    float *row = xs + spread(ch.x);
+                    float raw = *row + __uint_as_float(ch.y);
                     float u = 0.0f;
                     u += w.x * c0;
                     u += w.y * c1;
                     u += w.z * c2;
                     u += w.w * raw;
-                    y[i] = silu_call(u);
+                    *row = silu_call(u);
                     cs[(ring % 3) * L.n_delayed + i] = raw; // the oldest slot becomes the newest
                 }
                 __syncthreads();
@@ -964,7 +969,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
 #ifdef PROFILE_HEADS
                 long long h0 = clock64();
 #endif
-                value_head(entry, params_sh[li * 32 + (entry & 0xffff)], L, d, I, E, W, res, pal, S, y, xs, hidden, z
+                value_head(entry, params_sh[li * 32 + (entry & 0xffff)], L, d, I, E, W, res, pal, S, xs, hidden, z
 #ifdef PROFILE
                            , hprof + li * HSTAGES
 #endif
@@ -1084,14 +1089,24 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
             unsigned idx = 0;
             if (have) {
                 score = hidden[d.chip_base + tk.kind_dim[k]];
-                // (Not unrolled, nor the embedding's loop over later fields: unrolled, the two
-                // took 7 KB of the kernel's code, fetched on every pass.)
-                #pragma unroll 1
-                for (unsigned f = 0; f < tk.kind_nf[k]; f++) {
-                    unsigned fid = tk.kind_fields[k * 8 + f];
-                    score += tk.field_score[fid];
-                    idx = idx * tk.field_size[fid] + tk.field_best[fid];
+                // The fields' loads issued together (at most 8 fields a kind), then added
+                // in field order. (It was a loop of dependent loads a field.)
+                unsigned nf = tk.kind_nf[k], fid[8], size[8], best[8];
+                float fs[8];
+#pragma unroll
+                for (unsigned f = 0; f < 8; f++) fid[f] = f < nf ? tk.kind_fields[k * 8 + f] : 0u;
+#pragma unroll
+                for (unsigned f = 0; f < 8; f++) {
+                    fs[f] = tk.field_score[fid[f]];
+                    size[f] = tk.field_size[fid[f]];
+                    best[f] = tk.field_best[fid[f]];
                 }
+#pragma unroll
+                for (unsigned f = 0; f < 8; f++)
+                    if (f < nf) {
+                        score += fs[f];
+                        idx = idx * size[f] + best[f];
+                    }
             }
             // The first kind with the highest score (the CPU's strict > over kinds in order).
             unsigned best_k = have ? k : 0xffffffffu;

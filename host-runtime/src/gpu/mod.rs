@@ -81,7 +81,6 @@ struct Dims {
     act: u32,
     norm_inv: f32,
     anchor_ulp: f32,
-    delayed: u32,
     state_floats: u32,
     resident_at: u32,
     resident_words: u32,
@@ -161,8 +160,6 @@ pub struct LayerTables {
     /// Floats of the kernel's two scratch buffers.
     scratch: usize,
     act: usize,
-    /// The most conv channels with delayed taps in a layer (the sparse kernel's).
-    delayed: usize,
     /// The sparse kernel's tables in shared memory.
     resident: sparse::Resident,
 }
@@ -179,7 +176,6 @@ impl LayerTables {
             recurrent,
             scratch,
             act,
-            delayed: 0,
             resident: sparse::Resident::default(),
         }
     }
@@ -429,7 +425,7 @@ impl KernelInputs {
         (d.width, d.conv_dim, d.key_dim) = (width as u32, c.conv_dim() as u32, c.key_dim() as u32);
         (d.dk, d.dv, d.hk, d.hv) = (dk as u32, dv as u32, hk as u32, hv as u32);
         (d.layers, d.eps) = (layers.len() as u32, eps);
-        (d.scratch, d.act, d.delayed) = (tables.scratch as u32, tables.act as u32, tables.delayed as u32);
+        (d.scratch, d.act) = (tables.scratch as u32, tables.act as u32);
         d.resident_at = f.ints(&tables.resident.words);
         d.palette_at = f.floats_aligned(&tables.resident.palettes, 4);
         d.palettes = (tables.resident.palettes.len() / 4) as u32;
@@ -442,18 +438,12 @@ impl KernelInputs {
         let fixed_floats = match kernel {
             // hidden, normed, conv output, head outputs, scratch, activations.
             Kernel::Reference => 2 * width + c.conv_dim() + hv * dv + tables.scratch + tables.act,
-            // hidden, delayed channels' conv outputs, the two scratch buffers (the first
-            // with a gap after every 128 rows: `spread` in the kernel), the list of dims
-            // that may be nonzero and its bitmap; the resident palettes.
+            // hidden, the two scratch buffers (the first with a gap after every 128 rows:
+            // `spread` in the kernel), the list of dims that may be nonzero and its
+            // bitmap; the resident palettes.
             Kernel::Sparse => {
                 let spread_rows = tables.scratch + tables.scratch / 128 + 1;
-                width
-                    + tables.delayed
-                    + spread_rows
-                    + tables.act
-                    + sparse::NZ_CAP
-                    + width.div_ceil(32)
-                    + tables.resident.palettes.len()
+                width + spread_rows + tables.act + sparse::NZ_CAP + width.div_ceil(32) + tables.resident.palettes.len()
             }
         } + tables.words.len();
         Ok(Self {

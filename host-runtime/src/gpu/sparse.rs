@@ -30,8 +30,6 @@ struct LayerOffsets {
     xin: Csc,
     codes: u32,
     zcodes: u32,
-    delayed_bits: u32,
-    delayed_prefix: u32,
     n_delayed: u32,
     delayed: u32,
     taps: u32,
@@ -115,10 +113,10 @@ impl PinnedNorm {
 /// head's chain reads its tables there instead of waiting on L2: per layer a 4-bit code
 /// per conv channel and per value column (eight a word) naming an entry of the layer's
 /// palette (a layer's channel tables take a handful of distinct values: at most 7 on the
-/// 0.8b chip, its z-gate tables at most 4), then, where a layer has channels with delayed
-/// taps, their bitmap and its prefix counts (a delayed channel's index among them is its
-/// rank). Each layer's palette is `PALETTE` channel entries then `PALETTE` z-gate entries,
-/// four floats each.
+/// 0.8b chip, its z-gate tables at most 4; a channel with delayed taps has the code
+/// `DELAYED_CODE`: the kernel's conv phase writes its output over its input row). Each
+/// layer's palette is `PALETTE` channel entries then `PALETTE` z-gate entries, four floats
+/// each.
 ///
 /// After those, where shared memory holds them (the host decides; see
 /// [`Resident::required`]), each layer's input projections' and gate/up's column starts
@@ -171,16 +169,13 @@ fn gateable_readers(offsets: &[LayerOffsets], f: &Flat, width: usize) -> (u32, V
     (gateable.iter().fold(0, |m, l| m | 1 << l), readers)
 }
 
-/// Where a layer's resident codes lie (word offsets into [`Resident::words`]; the delayed
-/// channels' bitmap and prefix counts only where the layer has such channels) and its
+/// Where a layer's resident codes lie (word offsets into [`Resident::words`]) and its
 /// palette (a float4 index into [`Resident::palettes`]): the kernel's `Layer` fields of the
 /// same names.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct ResidentAt {
     codes: u32,
     zcodes: u32,
-    delayed_bits: u32,
-    delayed_prefix: u32,
     palette: u32,
 }
 
@@ -204,10 +199,6 @@ impl Resident {
         }
         at.codes = self.append(channel_codes);
         at.zcodes = self.append(z_codes);
-        if let Some((bits, prefix)) = delayed_bitmap(layer, channel)? {
-            at.delayed_bits = self.append(bits);
-            at.delayed_prefix = self.append(prefix);
-        }
         Ok(at)
     }
 
@@ -240,40 +231,6 @@ fn resident_columns(starts: &[u32]) -> Vec<u32> {
     }
     compact.push(starts[cols]);
     [bits, prefix, compact].concat()
-}
-
-/// The bitmap of a layer's channels with delayed taps and its prefix counts (one word per
-/// 32 channels each), None when it has none: the kernel numbers such a channel by its
-/// rank, as the tables do (in channel order, from 1; checked).
-fn delayed_bitmap(layer: usize, channel: &[f32]) -> anyhow::Result<Option<(Vec<u32>, Vec<u32>)>> {
-    let n = channel.len() / 4;
-    let delayed = |i: usize| channel[4 * i + 3] != 0.0;
-    if !(0..n).any(delayed) {
-        return Ok(None);
-    }
-    let mask: Vec<u32> = (0..n.div_ceil(32))
-        .map(|w| {
-            (0..32)
-                .filter(|b| 32 * w + b < n && delayed(32 * w + b))
-                .fold(0, |m, b| m | 1 << b)
-        })
-        .collect();
-    let prefix: Vec<u32> = mask
-        .iter()
-        .scan(0, |sum, m| {
-            let before = *sum;
-            *sum += m.count_ones();
-            Some(before)
-        })
-        .collect();
-    let mut ranks = (0..n).filter(|&i| delayed(i)).enumerate();
-    if let Some((rank, i)) = ranks.find(|&(rank, i)| channel[4 * i + 3] != (rank + 1) as f32) {
-        bail!(
-            "layer {layer}'s delayed channel {i} is not number {} in channel order",
-            rank + 1
-        );
-    }
-    Ok(Some((mask, prefix)))
 }
 
 /// The distinct entries (four floats each) of `table`, at most `PALETTE - 1`, and a 4-bit
@@ -449,7 +406,6 @@ pub fn tables(
     (resident.gateable, resident.readers) =
         gateable_readers(&offsets, f, layers.first().map_or(0, |l| l.config.hidden_size));
     let mut tables = LayerTables::of(&offsets, recurrent, scratch, act);
-    tables.delayed = offsets.iter().map(|o| o.n_delayed as usize).max().unwrap_or(0);
     tables.resident = resident;
     Ok((tables, e))
 }
@@ -491,7 +447,7 @@ fn mixer_tables(
         xin.row(&layer.a, r, o.a_at as usize + r);
     }
     // Per channel: silu(0 + w3 * bias) (the output when no signal reaches it, as the CPU's
-    // conv fold computes it with zero delayed taps), w3, bias, whether it has delayed taps.
+    // conv fold computes it with zero delayed taps), w3, bias, 1 where it has delayed taps.
     let mut channel = vec![0.0f32; 4 * conv_dim];
     let (mut delayed, mut taps) = (Vec::<u32>::new(), Vec::new());
     for &ch in &layer.live_channels {
@@ -502,11 +458,7 @@ fn mixer_tables(
             silu(0.0 + w[k - 1] * bias),
             w[k - 1],
             bias,
-            if has_delayed {
-                (delayed.len() / 2 + 1) as f32
-            } else {
-                0.0
-            },
+            if has_delayed { 1.0 } else { 0.0 },
         ]);
         if has_delayed {
             delayed.extend([ch as u32, bias.to_bits()]);
@@ -536,8 +488,7 @@ fn mixer_tables(
         })
         .collect();
     let at = resident.add(l, &channel, &zgate)?;
-    (o.codes, o.zcodes, o.delayed_bits, o.delayed_prefix, o.palette) =
-        (at.codes, at.zcodes, at.delayed_bits, at.delayed_prefix, at.palette);
+    (o.codes, o.zcodes, o.palette) = (at.codes, at.zcodes, at.palette);
     let head: Vec<f32> = (0..hv)
         .flat_map(|h| {
             [
@@ -802,17 +753,12 @@ mod tests {
     }
 
     /// Decodes channel (or, with `z`, value column) i of a layer's resident codes as the
-    /// kernel does: its palette entry, or for a delayed channel {0, 0, 0, rank + 1}.
+    /// kernel does: its palette entry, or for a delayed channel {0, 0, 0, 1}.
     fn decode(r: &Resident, at: ResidentAt, i: usize, z: bool) -> [f32; 4] {
         let (codes, part) = if z { (at.zcodes, PALETTE) } else { (at.codes, 0) };
         let code = (r.words[codes as usize + i / 8] >> (4 * (i % 8))) & 15;
         if !z && code == DELAYED_CODE {
-            let (mask, prefix) = (
-                &r.words[at.delayed_bits as usize..],
-                &r.words[at.delayed_prefix as usize..],
-            );
-            let rank = prefix[i / 32] + (mask[i / 32] & ((1u32 << (i % 32)) - 1)).count_ones();
-            return [0.0, 0.0, 0.0, (rank + 1) as f32];
+            return [0.0, 0.0, 0.0, 1.0];
         }
         let entry = 4 * (at.palette as usize + part + code as usize);
         r.palettes[entry..entry + 4].try_into().unwrap()
@@ -851,15 +797,13 @@ mod tests {
 
     #[test]
     fn resident_codes_give_back_every_table() {
-        // 40 channels of five distinct tables, three with delayed taps (numbered 1..3 in
-        // channel order), and as many z gates of two.
+        // 40 channels of five distinct tables, three with delayed taps, and as many z
+        // gates of two.
         let n = 40;
         let mut channel = Vec::new();
-        let mut delayed = 0;
         for i in 0..n {
             if [3, 17, 38].contains(&i) {
-                delayed += 1;
-                channel.extend([0.5, 1.0, -128.0, delayed as f32]);
+                channel.extend([0.5, 1.0, -128.0, 1.0]);
             } else {
                 channel.extend([(i % 5) as f32, 1.0, -((i % 5) as f32), 0.0]);
             }
