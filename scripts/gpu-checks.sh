@@ -15,6 +15,8 @@
 #                 reference), booted by prefill and by loading state; their chip token
 #                 streams compared with the CPU engine's (.gpu/trace, made by build-gpu.sh)
 #   profile       each kernel built with -DPROFILE: cycles per pass by phase
+#   silu          scripts/silu-exact.cu (compiled with the machine's nvcc): the sparse
+#                 kernel's silu_fast against silu_f, bit for bit, over all 2^32 inputs
 #   ncu           the real build's pass by phase: ncu's stall samples of strings' run (the
 #                 sparse kernel), summed between block barriers, each phase's own samples
 #                 by stall reason (scripts/ncu-phases.py --reasons);
@@ -164,6 +166,12 @@ for section in "${SECTIONS[@]}"; do
                 done
             done
         done
+        ;;
+    silu)
+        NVCC=$(command -v nvcc || ls /usr/local/cuda*/bin/nvcc 2>/dev/null | head -1)
+        [ -n "$NVCC" ] || { echo "   silu: no nvcc on this machine" >>"$LOG"; continue; }
+        step 120 "$NVCC" -arch=sm_90 --fmad=false -ftz=false -prec-div=true -prec-sqrt=true -o "$W/silu-exact" \
+            scripts/silu-exact.cu && step 60 "$W/silu-exact"
         ;;
     profile)
         for k in sparse reference; do

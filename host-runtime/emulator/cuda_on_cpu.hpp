@@ -278,6 +278,10 @@ inline float __int_as_float(int x) { float f; std::memcpy(&f, &x, 4); return f; 
 inline float __uint_as_float(unsigned x) { float f; std::memcpy(&f, &x, 4); return f; }
 inline unsigned __float_as_uint(float f) { unsigned x; std::memcpy(&x, &f, 4); return x; }
 inline int __float_as_int(float f) { int x; std::memcpy(&x, &f, 4); return x; }
+// The GPU's reciprocal estimate (rcp.approx) is its own; the correctly rounded
+// reciprocal stands in for it (silu_fast's exactness on the GPU is checked there).
+inline float rcp_approx(float b) { return 1.0f / b; }
+inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
 inline long long clock64() { return (long long)++emu::clock; }
 inline unsigned min(unsigned a, unsigned b) { return a < b ? a : b; }
 inline unsigned max(unsigned a, unsigned b) { return a > b ? a : b; }

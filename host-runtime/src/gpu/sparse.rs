@@ -235,7 +235,8 @@ fn resident_columns(starts: &[u32]) -> Vec<u32> {
 
 /// The distinct entries (four floats each) of `table`, at most `PALETTE - 1`, and a 4-bit
 /// code per entry, eight a word: the entry's place in the palette, or `DELAYED_CODE`
-/// where `skip` (the kernel reads those elsewhere).
+/// where `skip` (the kernel reads those channels from their input rows, where its conv
+/// phase wrote their outputs).
 fn palette_codes(table: &[f32], skip: impl Fn(usize) -> bool) -> anyhow::Result<(Vec<[f32; 4]>, Vec<u32>)> {
     let n = table.len() / 4;
     let mut palette: Vec<[f32; 4]> = Vec::new();
