@@ -8,6 +8,7 @@
 //
 // Prints the count of inputs that differ (and the first few); exits 1 if any does.
 #include <cstdio>
+#include <cstring>
 #include "../host-runtime/src/gpu/chip_common.cuh"
 
 __global__ void compare(unsigned long long base, unsigned long long *differ, unsigned *first) {

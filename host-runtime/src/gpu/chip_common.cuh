@@ -10,6 +10,7 @@
 #define WARPS (THREADS / 32)
 #define MAX_KINDS 32
 #define MAX_FIELDS 64
+#define KIND_FIELDS 8 // the most fields a token kind has (the host's `KIND_FIELDS`)
 #define MAX_DV 128
 
 // With -DPROFILE, thread 0 adds up the cycles of each phase (MARK(i) ends phase i; the
@@ -138,7 +139,7 @@ __device__ float warp_max(float v) {
 
 // The token tables (embedding and token choice) in shared memory.
 struct Tokens {
-    unsigned kind_dim[MAX_KINDS], kind_nf[MAX_KINDS], kind_off[MAX_KINDS], kind_fields[MAX_KINDS * 8];
+    unsigned kind_dim[MAX_KINDS], kind_nf[MAX_KINDS], kind_off[MAX_KINDS], kind_fields[MAX_KINDS * KIND_FIELDS];
     unsigned field_size[MAX_FIELDS], field_dim[MAX_FIELDS], field_best[MAX_FIELDS];
     float field_score[MAX_FIELDS];
 };
@@ -150,7 +151,7 @@ __device__ void load_tokens(Tokens &tk, const Dims &d, const unsigned *I) {
         tk.kind_nf[i] = I[d.kind_nfields + i];
         tk.kind_off[i] = I[d.kind_offset + i];
     }
-    for (unsigned i = threadIdx.x; i < d.kinds * 8; i += THREADS) tk.kind_fields[i] = I[d.kind_fields + i];
+    for (unsigned i = threadIdx.x; i < d.kinds * KIND_FIELDS; i += THREADS) tk.kind_fields[i] = I[d.kind_fields + i];
     for (unsigned i = threadIdx.x; i < d.fields; i += THREADS) {
         tk.field_size[i] = I[d.field_size + i];
         tk.field_dim[i] = I[d.field_dim + i];

@@ -198,7 +198,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
             unsigned idx = token - tk.kind_off[k];
             hidden[d.chip_base + tk.kind_dim[k]] = 1.0f;
             for (int f = (int)tk.kind_nf[k] - 1; f >= 0; f--) {
-                unsigned fid = tk.kind_fields[k * 8 + f];
+                unsigned fid = tk.kind_fields[k * KIND_FIELDS + f];
                 unsigned size = tk.field_size[fid];
                 hidden[d.chip_base + tk.field_dim[fid] + idx % size] = 1.0f;
                 idx /= size;
@@ -338,7 +338,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
                 float score = hidden[d.chip_base + tk.kind_dim[k]];
                 unsigned idx = 0;
                 for (unsigned f = 0; f < tk.kind_nf[k]; f++) {
-                    unsigned fid = tk.kind_fields[k * 8 + f];
+                    unsigned fid = tk.kind_fields[k * KIND_FIELDS + f];
                     score += tk.field_score[fid];
                     idx = idx * tk.field_size[fid] + tk.field_best[fid];
                 }

@@ -877,21 +877,20 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
             // them all one after another, each `mark` two shared atomics: measured, the
             // lanes at once +0.5 to +1.5 % passes/s.)
             unsigned nf = tk.kind_nf[k], idx = token - tk.kind_off[k];
-            unsigned fid = lane < nf ? tk.kind_fields[k * 8 + lane] : 0u;
+            unsigned fid = lane < nf ? tk.kind_fields[k * KIND_FIELDS + lane] : 0u;
             unsigned size = lane < nf ? tk.field_size[fid] : 1u;
             // The product of the later fields' sizes (lanes past nf hold 1), by shuffles:
             // after the steps, `later` is the product of this field's size and every later
-            // one's (the host allows at most 8 fields a kind). (It was a loop of two
+            // one's, and lane KIND_FIELDS, past every field, holds 1. (It was a loop of two
             // dependent loads a field; with the token choice's loads below issued together:
             // +0.0 to +0.3 % passes/s on the H100.)
             unsigned later = size;
 #pragma unroll
-            for (unsigned o = 1; o < 8; o <<= 1) {
+            for (unsigned o = 1; o < KIND_FIELDS; o <<= 1) {
                 unsigned next = __shfl_sync(FULL, later, (lane + o) & 31u);
-                if (lane + o < 8) later *= next;
+                if (lane + o < KIND_FIELDS) later *= next;
             }
             unsigned below = __shfl_sync(FULL, later, (lane + 1) & 31u);
-            if (lane + 1 >= 8) below = 1;
             if (lane == 0) nz_count = 0;
             __syncwarp();
             if (lane <= nf) {
@@ -1092,20 +1091,20 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
             unsigned idx = 0;
             if (have) {
                 score = hidden[d.chip_base + tk.kind_dim[k]];
-                // The fields' loads issued together (at most 8 fields a kind), then added
-                // in field order. (It was a loop of dependent loads a field.)
-                unsigned nf = tk.kind_nf[k], fid[8], size[8], best[8];
-                float fs[8];
+                // The fields' loads issued together, then added in field order. (It was a
+                // loop of dependent loads a field.)
+                unsigned nf = tk.kind_nf[k], fid[KIND_FIELDS], size[KIND_FIELDS], best[KIND_FIELDS];
+                float fs[KIND_FIELDS];
 #pragma unroll
-                for (unsigned f = 0; f < 8; f++) fid[f] = f < nf ? tk.kind_fields[k * 8 + f] : 0u;
+                for (unsigned f = 0; f < KIND_FIELDS; f++) fid[f] = f < nf ? tk.kind_fields[k * KIND_FIELDS + f] : 0u;
 #pragma unroll
-                for (unsigned f = 0; f < 8; f++) {
+                for (unsigned f = 0; f < KIND_FIELDS; f++) {
                     fs[f] = tk.field_score[fid[f]];
                     size[f] = tk.field_size[fid[f]];
                     best[f] = tk.field_best[fid[f]];
                 }
 #pragma unroll
-                for (unsigned f = 0; f < 8; f++)
+                for (unsigned f = 0; f < KIND_FIELDS; f++)
                     if (f < nf) {
                         score += fs[f];
                         idx = idx * size[f] + best[f];

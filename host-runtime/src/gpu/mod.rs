@@ -266,6 +266,10 @@ fn kernel_source(kernel: Kernel) -> anyhow::Result<String> {
     Ok(body.replace("#include \"chip_common.cuh\"", COMMON))
 }
 
+/// The most fields a token kind may have: the kernels' `KIND_FIELDS`, the width of each
+/// kind's row of field ids.
+const KIND_FIELDS: usize = 8;
+
 /// The sparse kernel's error code when a norm's factor is not the pinned one.
 const ERR_NORM_UNPINNED: u32 = 1;
 /// The sparse kernel's error code when a norm had more nonzeros than its list holds.
@@ -294,11 +298,11 @@ fn token_tables(spec: &ChipSpec, f: &mut Flat) -> anyhow::Result<Dims> {
     d.kind_dim = f.ints(&spec.kind_dims.iter().map(|x| *x as u32).collect::<Vec<_>>());
     let mut kind_fields = Vec::new();
     for kind in kinds {
-        if kind.fields.len() > 8 {
-            bail!("a chip token kind has more than 8 fields");
+        if kind.fields.len() > KIND_FIELDS {
+            bail!("a chip token kind has more than {KIND_FIELDS} fields");
         }
         let mut row: Vec<u32> = kind.fields.iter().map(|x| *x as u32).collect();
-        row.resize(8, 0);
+        row.resize(KIND_FIELDS, 0);
         kind_fields.extend(row);
     }
     d.kind_fields = f.ints(&kind_fields);
