@@ -16,7 +16,8 @@
 #                 streams compared with the CPU engine's (.gpu/trace, made by build-gpu.sh)
 #   profile       each kernel built with -DPROFILE: cycles per pass by phase
 #   silu          scripts/silu-exact.cu (compiled with the machine's nvcc): the sparse
-#                 kernel's silu_fast against silu_f, bit for bit, over all 2^32 inputs
+#                 kernel's silu_fast (and silu_tail outside (-89, 17)) against silu_f,
+#                 bit for bit, over all 2^32 inputs
 #   ncu           the real build's pass by phase: ncu's stall samples of strings' run (the
 #                 sparse kernel), summed between block barriers, each phase's own samples
 #                 by stall reason (scripts/ncu-phases.py --reasons);

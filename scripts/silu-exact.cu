@@ -1,6 +1,7 @@
 // Checks on the GPU that silu_fast (host-runtime/src/gpu/chip_common.cuh) gives silu_f's
-// bits for every one of the 2^32 float inputs (NaNs: both NaN): silu_fast's reciprocal
-// estimate is the GPU's own, so no CPU can check it. Compiled as the runtime's NVRTC
+// bits for every one of the 2^32 float inputs (NaNs: both NaN), and silu_tail for every
+// input outside (-89, 17) where the kernels take it: silu_fast's reciprocal estimate is
+// the GPU's own, so no CPU can check it. Compiled as the runtime's NVRTC
 // compiles the kernels (no fused multiply-adds, no flushing, IEEE division):
 //
 //   nvcc -arch=sm_90 --fmad=false -ftz=false -prec-div=true -prec-sqrt=true \
@@ -14,7 +15,9 @@
 __global__ void compare(unsigned long long base, unsigned long long *differ, unsigned *first) {
     unsigned bits = (unsigned)(base + blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x);
     float x = __uint_as_float(bits), want = silu_f(x), got = silu_fast(x);
-    bool same = __float_as_uint(want) == __float_as_uint(got) || (want != want && got != got);
+    float tail = silu_between_tails(x) ? want : silu_tail(x);
+    bool same = (__float_as_uint(want) == __float_as_uint(got) || (want != want && got != got)) &&
+                (__float_as_uint(want) == __float_as_uint(tail) || (want != want && tail != tail));
     if (!same) {
         unsigned long long n = atomicAdd(differ, 1ull);
         if (n < 16) first[n] = bits;
@@ -35,7 +38,7 @@ int main() {
         printf("silu-exact: %s\n", cudaGetErrorString(err));
         return 2;
     }
-    printf("silu_fast against silu_f over all 2^32 inputs: %llu differ\n", *differ);
+    printf("silu_fast (and silu_tail outside (-89, 17)) against silu_f over all 2^32 inputs: %llu differ\n", *differ);
     for (unsigned long long i = 0; i < *differ && i < 16; i++) {
         float x;
         memcpy(&x, &first[i], 4);

@@ -159,7 +159,14 @@
 // signal neuron's gate and up entries in a row of their own that one thread sums (no
 // listing, no barrier after it, no adds' round; layer 0, rows of at most 8 entries: the
 // same, its pull as long as the listing and adds it replaced, for it reads every entry of
-// every neuron; with layer 1's too, rows of up to 18 entries, −2.7 to −3.0 %).
+// every neuron; with layer 1's too, rows of up to 18 entries, −2.7 to −3.0 %). On the
+// H100, beside the kernel of 7d8cd59: a value head shared by two warps where warps are to
+// spare, one running its key's side (k, the delta rule), the other its query's (q, the z
+// gate, the read after a named barrier with the first), and the writer of a head that
+// does not write computing the z gate for the reader (−3.5 % and −6 %; at 1,024 threads
+// −10 and −12 %): layer 3's heads phase grew from 11.1 k to 12.5 k cycles a pass and
+// layer 1's from 8.3 k to 9.8 k, so with more warps at work the heads' stages wait on
+// the issue of their instructions more than they gain from running side by side.
 
 // The phases of the -DPROFILE cycle counts, per layer (MARK in chip_common.cuh, indexed
 // by the layer l being run).
@@ -542,12 +549,25 @@ __device__ HELPER void channel_tables(const Layer &L, const unsigned *res, const
 __device__ HELPER void channels_out(const float4 (&t)[KJ], const float *xs, unsigned base, unsigned n,
                                     float (&out)[KJ]) {
     unsigned lane = threadIdx.x % 32;
+    float sum[KJ], arg[KJ];
+    bool between = false;
 #pragma unroll
     for (unsigned j = 0; j < KJ; j++) {
-        float sum = lane + 32 * j < n ? xs[spread(base + lane + 32 * j)] : 0.0f;
-        if (t[j].w != 0.0f) out[j] = sum;
-        else if (sum == 0.0f) out[j] = t[j].x;
-        else out[j] = silu_fast(0.0f + t[j].y * (sum + t[j].z));
+        sum[j] = lane + 32 * j < n ? xs[spread(base + lane + 32 * j)] : 0.0f;
+        arg[j] = 0.0f + t[j].y * (sum[j] + t[j].z);
+        between |= (t[j].w == 0.0f) & (sum[j] != 0.0f) & silu_between_tails(arg[j]);
+    }
+    if (__any_sync(FULL, between)) {
+#pragma unroll
+        for (unsigned j = 0; j < KJ; j++) {
+            if (t[j].w != 0.0f) out[j] = sum[j];
+            else if (sum[j] == 0.0f) out[j] = t[j].x;
+            else out[j] = silu_fast(arg[j]);
+        }
+    } else {
+#pragma unroll
+        for (unsigned j = 0; j < KJ; j++)
+            out[j] = t[j].w != 0.0f ? sum[j] : sum[j] == 0.0f ? t[j].x : silu_tail(arg[j]);
     }
 }
 
@@ -724,9 +744,10 @@ __device__ HELPER void value_head(unsigned entry, float4 p, const Layer &L, cons
     HMARK(8);
     if (sq == 0.0f) return; // the head reads nothing: its output and out_proj share are 0
     // What the gated norm and out_proj need, loaded before the read so the loads overlap.
-    float sz[KJ], gain[KJ];
+    float sz[KJ], gain[KJ], has[KJ], arg[KJ];
+    bool hit[KJ];
     unsigned from[KJ], to[KJ];
-    bool open = false;
+    bool open = false, between = false;
 #pragma unroll
     for (unsigned j = 0; j < KJ; j++) {
         unsigned e = lane + 32 * j, c = head * d.dv + e;
@@ -734,12 +755,21 @@ __device__ HELPER void value_head(unsigned entry, float4 p, const Layer &L, cons
         float4 zt = in ? pal[L.palette + PALETTE + code_of(res + L.zcodes, c)]
                        : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         float zx = in ? xs[spread(L.z_at + c)] : 0.0f;
-        sz[j] = zx == 0.0f ? zt.x : silu_fast(zx + zt.y); // no signal reached z: silu of its anchors' share
+        sz[j] = zt.x; // no signal reached z: silu of its anchors' share
+        hit[j] = zx != 0.0f;
+        arg[j] = zx + zt.y;
+        between |= hit[j] & silu_between_tails(arg[j]);
         gain[j] = zt.z;
+        has[j] = zt.w;
         from[j] = in ? __ldg(I + L.out.start + c) : 0;
         to[j] = in ? __ldg(I + L.out.start + c + 1) : 0;
-        // (zt.w: out_proj entries exist; `&`, not `&&`: three tests, no branches)
-        open |= (sz[j] != 0.0f) & (gain[j] != 0.0f) & (zt.w != 0.0f);
+    }
+    between = __any_sync(FULL, between);
+#pragma unroll
+    for (unsigned j = 0; j < KJ; j++) {
+        if (hit[j]) sz[j] = between ? silu_fast(arg[j]) : silu_tail(arg[j]);
+        // (has: out_proj entries exist; `&`, not `&&`: three tests, no branches)
+        open |= (sz[j] != 0.0f) & (gain[j] != 0.0f) & (has[j] != 0.0f);
     }
     // The z gate shuts every column (silu(z) or the gain exactly 0, or no out_proj entry):
     // every output is a zero the out_proj would skip, so the read is not needed. A gated
@@ -946,21 +976,30 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
             // after its heads.)
             if (L.n_delayed > 0) {
                 float *cs = S + L.conv_state;
+                // (A warp's channels at a time: it calls silu only where one lies between
+                // its tails.)
                 #pragma unroll 1
-                for (unsigned i = threadIdx.x; i < L.n_delayed; i += THREADS) {
-                    uint2 ch = __ldg((const uint2 *)(I + L.delayed) + i);
-                    float4 w = __ldg((const float4 *)(W + L.taps) + i);
-                    float c0 = cs[(ring % 3) * L.n_delayed + i], c1 = cs[((ring + 1) % 3) * L.n_delayed + i],
-                          c2 = cs[((ring + 2) % 3) * L.n_delayed + i];
-                    float *row = xs + spread(ch.x);
-                    float raw = *row + __uint_as_float(ch.y);
-                    float u = 0.0f;
-                    u += w.x * c0;
-                    u += w.y * c1;
-                    u += w.z * c2;
-                    u += w.w * raw;
-                    *row = silu_call(u);
-                    cs[(ring % 3) * L.n_delayed + i] = raw; // the oldest slot becomes the newest
+                for (unsigned base = threadIdx.x & ~31u; base < L.n_delayed; base += THREADS) {
+                    const unsigned i = base + threadIdx.x % 32;
+                    const bool in = i < L.n_delayed;
+                    float raw = 0.0f, u = 0.0f, *row = xs;
+                    if (in) {
+                        uint2 ch = __ldg((const uint2 *)(I + L.delayed) + i);
+                        float4 w = __ldg((const float4 *)(W + L.taps) + i);
+                        float c0 = cs[(ring % 3) * L.n_delayed + i], c1 = cs[((ring + 1) % 3) * L.n_delayed + i],
+                              c2 = cs[((ring + 2) % 3) * L.n_delayed + i];
+                        row = xs + spread(ch.x);
+                        raw = *row + __uint_as_float(ch.y);
+                        u += w.x * c0;
+                        u += w.y * c1;
+                        u += w.z * c2;
+                        u += w.w * raw;
+                    }
+                    const bool between = __any_sync(FULL, in & silu_between_tails(u));
+                    if (in) {
+                        *row = between ? silu_call(u) : silu_tail(u);
+                        cs[(ring % 3) * L.n_delayed + i] = raw; // the oldest slot becomes the newest
+                    }
                 }
                 __syncthreads();
             }
@@ -1044,14 +1083,18 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
                 const unsigned tc = min(t, L.n_signal - 1u);
                 float gs = gu[tc], us = gu[L.n_neur + tc];
                 uint4 first = make_uint4(0, 0, 0, 0);
-                if ((t < L.n_signal) & ((gs != 0.0f) | (us != 0.0f) | (L.n_awake != 0))) {
+                const bool reached = (t < L.n_signal) & ((gs != 0.0f) | (us != 0.0f) | (L.n_awake != 0));
+                float g = 0.0f, u = 0.0f;
+                if (reached) {
                     uint4 nr = __ldg((const uint4 *)(I + L.neuron) + 2 * t);
                     first = __ldg((const uint4 *)(I + L.neuron) + 2 * t + 1);
                     down = make_uint2(nr.z, nr.w);
-                    float g = gs + __uint_as_float(nr.x), u = us + __uint_as_float(nr.y);
+                    g = gs + __uint_as_float(nr.x), u = us + __uint_as_float(nr.y);
                     gu[t] = gu[L.n_neur + t] = 0.0f;
-                    a = silu_fast(g) * u; // (inlined: +0.5 % passes/s against the call, H100)
                 }
+                // (silu inlined: +0.5 % passes/s against the call, H100)
+                const bool between = __any_sync(FULL, reached & silu_between_tails(g));
+                if (reached) a = (between ? silu_fast(g) : silu_tail(g)) * u;
                 if (scatter_down) {
                     append_chunks(down.x, a != 0.0f ? down.y - down.x : 0, a, chunk_sh, chunk_n,
                                   [&](unsigned f, unsigned l, float x) { add_entries(E, f, f + l, x, hidden, z); });
