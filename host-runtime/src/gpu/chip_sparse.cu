@@ -163,10 +163,10 @@
 // H100, beside the kernel of 7d8cd59: a value head shared by two warps where warps are to
 // spare, one running its key's side (k, the delta rule), the other its query's (q, the z
 // gate, the read after a named barrier with the first), and the writer of a head that
-// does not write computing the z gate for the reader (−3.5 % and −6 %; at 1,024 threads
-// −10 and −12 %): layer 3's heads phase grew from 11.1 k to 12.5 k cycles a pass and
-// layer 1's from 8.3 k to 9.8 k, so with more warps at work the heads' stages wait on
-// the issue of their instructions more than they gain from running side by side.
+// does not write computing the z gate for the reader (−3.3 to −3.6 % and −5.5 to −6.0 %;
+// at 1,024 threads −9.5 to −12.9 %): layer 3's heads phase grew from 11.1 k to 12.5 k
+// cycles a pass and layer 1's from 8.3 k to 9.8 k, so with more warps at work the heads'
+// stages wait on the issue of their instructions more than they gain side by side.
 
 // The phases of the -DPROFILE cycle counts, per layer (MARK in chip_common.cuh, indexed
 // by the layer l being run).
