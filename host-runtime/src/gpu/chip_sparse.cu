@@ -166,7 +166,10 @@
 // does not write computing the z gate for the reader (−3.3 to −3.6 % and −5.5 to −6.0 %;
 // at 1,024 threads −9.5 to −12.9 %): layer 3's heads phase grew from 11.1 k to 12.5 k
 // cycles a pass and layer 1's from 8.3 k to 9.8 k, so with more warps at work the heads'
-// stages wait on the issue of their instructions more than they gain side by side.
+// stages wait on the issue of their instructions more than they gain side by side. On the
+// H100, beside the kernel of 0acc2dc: a head's q and k reductions only where computed,
+// sqrt(dk) once a launch and the gated norm's mean as a multiply (−0.1 %, noise), and
+// with q's x / sqrt(dk) as a reciprocal and one correction where that is exact (−0.8 %).
 
 // The phases of the -DPROFILE cycle counts, per layer (MARK in chip_common.cuh, indexed
 // by the layer l being run).
@@ -524,50 +527,69 @@ __device__ __forceinline__ unsigned code_of(const unsigned *codes, unsigned i) {
     return (codes[i >> 3] >> (4 * (i & 7))) & 15u;
 }
 
-// Each channel's table {silu(w3 * bias), w3, bias, 1 where it has delayed taps, else 0} of
-// channels base + lane + 32 j (j < KJ, lane + 32 j < n; zeros past n), from the resident
-// palette.
-__device__ HELPER void channel_tables(const Layer &L, const unsigned *res, const float4 *pal, unsigned base, unsigned n,
-                                      float4 (&t)[KJ]) {
+// The conv outputs of NB groups of channels (group g: channels base[g] + lane + 32 j, j <
+// KJ, their scattered sums in sum[g][j]; 0 past n[g]), from each channel's palette table
+// {silu(w3 * bias), w3, bias, 0}: a delayed channel's output is its input row (the conv
+// phase wrote it there); one no signal reached outputs silu(w3 * bias) (precomputed), else
+// silu(0 + w3 * (sum + bias)), the CPU's fold with its zero taps dropped. The groups'
+// loads issue together (q's and k's: a head's two sides), and the silus' arguments are
+// made only where a signal reached some channel of the warp. (Separate table and output
+// steps tested every channel's range in each and made every silu argument: measured on the
+// H100 with the input rows' zeroing below, +1.5 to +2.9 % passes/s; ncu counted ~15 k of a
+// pass's ~44 k heads' warp instructions in them.)
+template <unsigned NB>
+__device__ HELPER void channel_outs(const Layer &L, const unsigned *res, const float4 *pal, const unsigned (&base)[NB],
+                                    const unsigned (&n)[NB], const float (&sum)[NB][KJ], float (&out)[NB][KJ]) {
     unsigned lane = threadIdx.x % 32;
+    float w3[NB][KJ], bias[NB][KJ];
+    bool hit[NB][KJ], signal = false;
 #pragma unroll
-    for (unsigned j = 0; j < KJ; j++) {
-        unsigned c = base + lane + 32 * j;
-        if (lane + 32 * j >= n) {
-            t[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (unsigned g = 0; g < NB; g++) {
+        // (A side not computed, n 0: zeros without a load.)
+        if (n[g] == 0) {
+#pragma unroll
+            for (unsigned j = 0; j < KJ; j++) {
+                out[g][j] = 0.0f;
+                w3[g][j] = bias[g][j] = 0.0f;
+                hit[g][j] = false;
+            }
             continue;
         }
-        unsigned code = code_of(res + L.codes, c);
-        t[j] = code == DELAYED_CODE ? make_float4(0.0f, 0.0f, 0.0f, 1.0f) : pal[L.palette + code];
-    }
-}
-
-// The conv outputs of those channels from their tables t: a delayed channel's is its input
-// row (the conv phase wrote its output there); otherwise, with no signal reaching it,
-// silu(w3 * bias) (precomputed), else silu(0 + w3 * (sum + bias)), the CPU's fold with its
-// zero taps dropped. 0 past n.
-__device__ HELPER void channels_out(const float4 (&t)[KJ], const float *xs, unsigned base, unsigned n,
-                                    float (&out)[KJ]) {
-    unsigned lane = threadIdx.x % 32;
-    float sum[KJ], arg[KJ];
-    bool between = false;
-#pragma unroll
-    for (unsigned j = 0; j < KJ; j++) {
-        sum[j] = lane + 32 * j < n ? xs[spread(base + lane + 32 * j)] : 0.0f;
-        arg[j] = 0.0f + t[j].y * (sum[j] + t[j].z);
-        between |= (t[j].w == 0.0f) & (sum[j] != 0.0f) & silu_between_tails(arg[j]);
-    }
-    if (__any_sync(FULL, between)) {
 #pragma unroll
         for (unsigned j = 0; j < KJ; j++) {
-            if (t[j].w != 0.0f) out[j] = sum[j];
-            else if (sum[j] == 0.0f) out[j] = t[j].x;
-            else out[j] = silu_fast(arg[j]);
+            const bool in = lane + 32 * j < n[g];
+            const unsigned code = in ? code_of(res + L.codes, base[g] + lane + 32 * j) : 0u;
+            const bool delayed = code == DELAYED_CODE;
+            const float4 t = pal[L.palette + (delayed ? 0u : code)];
+            out[g][j] = delayed ? sum[g][j] : in ? t.x : 0.0f;
+            w3[g][j] = t.y;
+            bias[g][j] = t.z;
+            hit[g][j] = in & !delayed & (sum[g][j] != 0.0f);
+            signal |= hit[g][j];
         }
+    }
+    if (!__any_sync(FULL, signal)) return;
+    float arg[NB][KJ];
+    bool between = false;
+#pragma unroll
+    for (unsigned g = 0; g < NB; g++)
+#pragma unroll
+        for (unsigned j = 0; j < KJ; j++) {
+            arg[g][j] = 0.0f + w3[g][j] * (sum[g][j] + bias[g][j]);
+            between |= hit[g][j] & silu_between_tails(arg[g][j]);
+        }
+    if (__any_sync(FULL, between)) {
+#pragma unroll
+        for (unsigned g = 0; g < NB; g++)
+#pragma unroll
+            for (unsigned j = 0; j < KJ; j++)
+                if (hit[g][j]) out[g][j] = silu_fast(arg[g][j]);
     } else {
 #pragma unroll
-        for (unsigned j = 0; j < KJ; j++)
-            out[j] = t[j].w != 0.0f ? sum[j] : sum[j] == 0.0f ? t[j].x : silu_tail(arg[j]);
+        for (unsigned g = 0; g < NB; g++)
+#pragma unroll
+            for (unsigned j = 0; j < KJ; j++)
+                if (hit[g][j]) out[g][j] = silu_tail(arg[g][j]);
     }
 }
 
@@ -601,9 +623,10 @@ __device__ __forceinline__ void over_rows(float *st, unsigned dv, const float (&
 // read-modify-write could miss L1 (the tables' loads evict it) and cost an L2 round trip,
 // which the first stage marks did, adding ~20 k cycles more to a pass of ~230 k.
 // Cycles of each stage of the heads warp 0 runs (one per layer), by layer, in the order
-// they run (HEAD_STAGES names them for the printout).
+// they run (HEAD_STAGES names them for the printout; q and k are made together, or taken
+// from the host where they are constant).
 #define HSTAGES 13
-#define HEAD_STAGES "entry+reached q k sums norms gates v delta-read delta-write z-gate read gated-norm out"
+#define HEAD_STAGES "entry+reached q+k qk-const sums norms gates v delta-read delta-write z-gate read gated-norm out"
 #define HMARK(i)                                                                                                       \
     if (threadIdx.x == 0) {                                                                                            \
         long long t_ = clock64();                                                                                      \
@@ -636,11 +659,15 @@ __device__ HELPER void value_head(unsigned entry, float4 p, const Layer &L, cons
 
     // q and k of the key head, L2-normalised (q also scaled by 1/sqrt(dk)), in registers.
     float q[KJ] = {}, k[KJ] = {};
+    // q's and k's scattered sums (their channels' inputs, kept for their outputs below).
+    float xqk[2][KJ];
     bool reached = false;
 #pragma unroll
     for (unsigned j = 0; j < KJ; j++) {
         unsigned e = lane + 32 * j;
-        if (e < d.dk) reached |= (xs[spread(kh * d.dk + e)] != 0.0f) | (xs[spread(d.key_dim + kh * d.dk + e)] != 0.0f);
+        xqk[0][j] = e < d.dk ? xs[spread(kh * d.dk + e)] : 0.0f;
+        xqk[1][j] = e < d.dk ? xs[spread(d.key_dim + kh * d.dk + e)] : 0.0f;
+        reached |= (xqk[0][j] != 0.0f) | (xqk[1][j] != 0.0f);
     }
     reached = __any_sync(FULL, reached);
     // Nothing reaches q or k, and the decay is 1: the head neither writes nor reads.
@@ -674,13 +701,15 @@ __device__ HELPER void value_head(unsigned entry, float4 p, const Layer &L, cons
         }
     } else if (!quiet_unless_reached || reached) {
         // (Zero channels give zeros without a load: the same code either way.)
-        unsigned nq = reads ? d.dk : 0, nk = writes ? d.dk : 0;
-        float4 tq[KJ], tk[KJ];
-        channel_tables(L, res, pal, kh * d.dk, nq, tq);
-        channel_tables(L, res, pal, d.key_dim + kh * d.dk, nk, tk);
-        channels_out(tq, xs, kh * d.dk, nq, q);
+        const unsigned base[2] = {kh * d.dk, d.key_dim + kh * d.dk}, n[2] = {reads ? d.dk : 0u, writes ? d.dk : 0u};
+        float qk[2][KJ];
+        channel_outs<2>(L, res, pal, base, n, xqk, qk);
+#pragma unroll
+        for (unsigned j = 0; j < KJ; j++) {
+            q[j] = qk[0][j];
+            k[j] = qk[1][j];
+        }
         HMARK(1);
-        channels_out(tk, xs, d.key_dim + kh * d.dk, nk, k);
     }
     HMARK(2);
     float a_raw = xs[spread(L.a_at + head)] + p.w;
@@ -730,15 +759,16 @@ __device__ HELPER void value_head(unsigned entry, float4 p, const Layer &L, cons
     HMARK(5);
     // The delta rule over the key's nonzero rows, in ascending row order.
     if (beta != 0.0f && sk != 0.0f) {
-        float v[KJ], mem[KJ] = {};
-        float4 tv[KJ];
-        channel_tables(L, res, pal, 2 * d.key_dim + head * d.dv, d.dv, tv);
-        channels_out(tv, xs, 2 * d.key_dim + head * d.dv, d.dv, v);
+        float v[1][KJ], mem[KJ] = {}, xv[1][KJ];
+        const unsigned base[1] = {2 * d.key_dim + head * d.dv}, n[1] = {d.dv};
+#pragma unroll
+        for (unsigned j = 0; j < KJ; j++) xv[0][j] = lane + 32 * j < d.dv ? xs[spread(base[0] + lane + 32 * j)] : 0.0f;
+        channel_outs<1>(L, res, pal, base, n, xv, v);
         HMARK(6);
         over_rows<false>(st, d.dv, k, mem);
         HMARK(7);
 #pragma unroll
-        for (unsigned jj = 0; jj < KJ; jj++) mem[jj] = (v[jj] - mem[jj]) * beta;
+        for (unsigned jj = 0; jj < KJ; jj++) mem[jj] = (v[0][jj] - mem[jj]) * beta;
         over_rows<true>(st, d.dv, k, mem);
     }
     HMARK(8);
@@ -824,8 +854,9 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
     __shared__ float4 params_sh[MAX_LAYERS * 32];
     __shared__ unsigned error_sh, token_sh, kind_sh, nz_count;
     __shared__ Tokens tk;
-    // The scatters' chunk tables (one at a time) and their lengths: the input projections'
-    // in chunk_n[0], gate/up's in chunk_n[1]; each scatter zeroes the other's length.
+    // The scatters' chunk tables and their lengths: the input projections' in chunk_n[0],
+    // gate/up's placed after them (chunk_n[1] counts from the input chunks' end; they stay
+    // until gate/up's listing has zeroed their rows); each scatter zeroes the other's length.
     __shared__ uint2 chunk_sh[CHUNK_CAP];
     __shared__ unsigned chunk_n[2];
     // Per layer, its readers bit where it may be left out (bit k for the k-th such layer),
@@ -963,6 +994,9 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
                 if (threadIdx.x == 0) chunks[0] += chunk_n[0];
 #endif
                 MARK(0);
+                // (gate/up's chunks go after these, which stay in the table until the rows
+                // they added into are zeroed, during gate/up's listing)
+                if (threadIdx.x == 0) chunk_n[1] = min(chunk_n[0], (unsigned)CHUNK_CAP);
                 run_chunks<true>(E, chunk_sh, chunk_n[0], xs);
             }
             if (!untouched) __syncthreads();
@@ -1029,21 +1063,39 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
             // adds, by every warp, they took 0.3-0.9 k cycles of a layer on the H100: +0.7 to
             // +1.1 % passes/s); where every warp lists, by all after the adds. A layer that
             // wrote none of them (left out, or without heads and delayed channels) skips it.
+            // Only the rows the input chunks added into can be nonzero (their chunks stay in
+            // the table: gate/up's are placed after them), unless a chunk went past the
+            // table (its lane added it) or the delayed conv wrote its channels' rows: then
+            // every row is zeroed. (Every row, ~8.3 k a layer at the 0.8b shape, was 7 % of
+            // the kernel's warp instructions, ncu on the H100; a layer's input chunks are a
+            // handful. With the heads' channel outputs below, +1.5 to +2.9 % passes/s.)
             const unsigned listed = min(nz_count, NZ_CAP), listing_warps = warps_with_batches(listed);
             const bool zero_rows = mixes && !untouched, zero_while_listing = zero_rows && listing_warps < WARPS;
+            // (the input chunks' count: gate/up's chunks follow them in the table)
+            const unsigned xin_chunks = zero_rows ? min(chunk_n[0], (unsigned)CHUNK_CAP) : 0u;
+            const bool zero_all = L.n_delayed > 0 || chunk_n[0] > CHUNK_CAP;
             if (zero_while_listing && threadIdx.x >= 32 * listing_warps) {
-                #pragma unroll 1
-                for (unsigned i = threadIdx.x - 32 * listing_warps; i < SPREAD_ROWS(d.scratch); i += THREADS - 32 * listing_warps)
-                    xs[i] = 0.0f;
+                const unsigned lane = threadIdx.x % 32;
+                if (zero_all) {
+                    #pragma unroll 1
+                    for (unsigned i = threadIdx.x - 32 * listing_warps; i < SPREAD_ROWS(d.scratch); i += THREADS - 32 * listing_warps)
+                        xs[i] = 0.0f;
+                } else {
+                    #pragma unroll 1
+                    for (unsigned g = threadIdx.x / 32 - listing_warps; g < xin_chunks; g += WARPS - listing_warps) {
+                        const uint2 chunk = chunk_sh[g];
+                        if (lane < (chunk.x & 63)) xs[spread(__ldg(E + (chunk.x >> 6) + lane).x)] = 0.0f;
+                    }
+                }
             }
             list_chunks<false>(L.gate_up, L.gate_up_cols, I, E, res, nz_cols, listed, hidden, d,
                                &error_sh, chunk_sh, chunk_n + 1, gu);
             __syncthreads();
 #ifdef PROFILE
-            if (threadIdx.x == 0) chunks[1] += chunk_n[1];
+            if (threadIdx.x == 0) chunks[1] += chunk_n[1] - xin_chunks;
 #endif
             MARK(7);
-            run_chunks<false>(E, chunk_sh, chunk_n[1], gu);
+            run_chunks<false>(E, chunk_sh + xin_chunks, min(chunk_n[1], (unsigned)CHUNK_CAP) - xin_chunks, gu);
             if (threadIdx.x == 0) chunk_n[0] = 0;
             MARK(6);
             #pragma unroll 1
