@@ -90,7 +90,8 @@
 // shorter, the heads longer); q's tables then k's (more spills: −0.4 %); the z gate and
 // out_proj ends loaded before the delta rule at 512 and 768 threads, where they do not
 // spill (no gain); only the input rows a scatter added into zeroed, by a bitmap (−3 %:
-// the rows of one word zeroed one after another). The next token is no guess to run a
+// the rows of one word zeroed one after another; the kernel now zeroes them from the
+// input chunks themselves, a lane an entry). The next token is no guess to run a
 // pass ahead on: in hello, strings and int64 the token that followed the same one (or
 // the same two, three) last time comes again 25–43 % of the time. At 768 threads: the warps
 // without a head (or without a neuron) adding the gate/up (or the next layer's input)
