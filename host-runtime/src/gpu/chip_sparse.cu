@@ -171,6 +171,16 @@
 // H100, beside the kernel of 0acc2dc: a head's q and k reductions only where computed,
 // sqrt(dk) once a launch and the gated norm's mean as a multiply (−0.1 %, noise), and
 // with q's x / sqrt(dk) as a reciprocal and one correction where that is exact (−0.8 %).
+// On the H100, beside the kernel of 7d050e4: a head's layer fields (its codes, palette, z
+// rows, out_proj starts) read once at its entry, not where used (34 fewer shared loads in
+// the code: −0.1 to −1.0 %; the profile's listings and empty conv phases grew by 20-330
+// cycles a layer, so the change moved code more than it took work); a listing warp's chunk
+// slots counted by a ballot per bit of its lanes' chunk counts and one atomic a warp, not
+// an atomic a lane (−4.3 to −5.3 %); the rare silus between the tails with one copy of
+// silu_fast's code, their arguments through local memory (104 KB of code against 108:
+// −1.6 to −2.0 %; with add_entries an entry at a time too, 97 KB, +0.1 to +0.5 %: less
+// than that change alone). Emulated, not run: the MLP's scan left out where gate/up placed
+// no chunk (only layers 6-8 were ever at rest, on 16-35 % of passes).
 
 // The phases of the -DPROFILE cycle counts, per layer (MARK in chip_common.cuh, indexed
 // by the layer l being run).
@@ -449,21 +459,20 @@ __device__ HELPER void run_chunks(const uint2 *__restrict__ E, const uint2 *tabl
     }
 }
 
-// The entries E[from..to), each times x, added into the residual (one thread; the entries
-// are loaded four at a time so their loads overlap).
+// The entries E[from..to), each times x, added into the residual (one thread), an entry at
+// a time. Few columns have entries past a neuron's record (INLINE_DOWN below), and the last
+// layer's many go through the chunk table; loaded four at a time, its two inlined copies
+// (a neuron's column, a down chunk past the table) made the kernel 6 KB larger, and a
+// smaller kernel waits less for its instructions (of ncu's samples of the MLP phase's
+// warps not at its barrier, 41 % waited for an instruction fetch). Measured on the H100:
+// +0.3 to +0.7 % passes/s, 102 KB of code against 108.
 __device__ HELPER void add_entries(const uint2 *__restrict__ E, unsigned from, unsigned to, float x, float *hidden,
                                    const Listing &z) {
-    for (unsigned k = from; k < to; k += 4) {
-        uint2 e[4];
-#pragma unroll
-        for (unsigned u = 0; u < 4; u++)
-            if (k + u < to) e[u] = __ldg(E + k + u);
-#pragma unroll
-        for (unsigned u = 0; u < 4; u++)
-            if (k + u < to) {
-                atomicAdd(hidden + e[u].x, __uint_as_float(e[u].y) * x);
-                mark(z, e[u].x);
-            }
+#pragma unroll 1
+    for (unsigned k = from; k < to; k++) {
+        const uint2 e = __ldg(E + k);
+        atomicAdd(hidden + e.x, __uint_as_float(e.y) * x);
+        mark(z, e.x);
     }
 }
 
