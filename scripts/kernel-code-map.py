@@ -8,15 +8,16 @@ sampled the MLP phase's warps that were not at its barrier waiting for an instru
 41 % of the time, and a change that only made 6 KB of rarely run code smaller made the pass
 faster (BENCHMARKS.md, the fiftieth session). So a variant's size is worth knowing by part
 before a GPU run is spent on it. This compiles KERNEL.cu here as the runtime's NVRTC does
-(scripts/kernel-cubin.sh, THREADS at N, default 768, with -lineinfo and the options after
---), disassembles it (nvdisasm) and gives each instruction to the function whose source line
-it carries: an inlined helper's code counts as the helper's, wherever it was inlined, and
-code from CUDA's own headers (intrinsics, expf, the IEEE division's slow path) as "CUDA
-headers". Printed: each function's instructions and KB (16 bytes an instruction), largest
-first, then the total.
+(scripts/ncu-lines.py's build: kernel-cubin.sh, THREADS at N, default 768, -lineinfo and the
+options after --), disassembles it (nvdisasm) and gives each instruction to the function
+whose source line it carries: an inlined helper's code counts as the helper's, wherever it
+was inlined, and code from CUDA's own headers (intrinsics, expf, the IEEE division's slow
+path) as "CUDA headers". Printed: the total, then each function's instructions and KB (16 bytes an
+instruction), largest first.
 """
 
 import argparse
+import importlib.util
 import os
 import re
 import subprocess
@@ -24,13 +25,18 @@ import sys
 import tempfile
 from collections import Counter
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DISASM = os.path.join(ROOT, "target/cuda-nvdisasm/nvidia/cu13/bin/nvdisasm")
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 DEFINITION = re.compile(r'^(?:template <[^>]*>\s*)?(?:extern "C"\s+)?__(?:device|global)__')
 CALLED = re.compile(r"(\w+)\s*\(")
 NOT_A_NAME = {"__launch_bounds__", "__align__"}
-LINE_MARK = re.compile(r'//## File "([^"]+)", line (\d+)')
-INSTRUCTION = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/")
+
+
+def ncu_lines_module():
+    """scripts/ncu-lines.py, for its build of a kernel with a line table (`local_sass`)."""
+    spec = importlib.util.spec_from_file_location("ncu_lines", os.path.join(ROOT, "scripts/ncu-lines.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def function_starts(source_lines):
@@ -54,44 +60,36 @@ def function_at(starts, line):
     return name
 
 
-def compile_kernel(kernel, threads, options, work):
-    # kernel-cubin.sh writes the pasted source beside its output, so the output lives in
-    # a folder of its own (not beside the kernel, which it would overwrite).
-    cubin = os.path.join(work, "map.cubin")
-    subprocess.run([os.path.join(ROOT, "scripts/kernel-cubin.sh"), kernel, cubin, f"-DTHREADS={threads}",
-                    "-lineinfo", *options], check=True, stdout=subprocess.DEVNULL)
-    sass = subprocess.run([DISASM, "-c", "-g", cubin], check=True, capture_output=True, text=True).stdout
-    with open(os.path.join(work, "map.cu")) as pasted:
-        return pasted.read().split("\n"), sass
-
-
-def code_by_function(source_lines, sass, pasted_name):
+def code_by_function(lines, source_lines):
+    """Instructions per function, from each instruction's line (an int in the pasted source;
+    `file:line` or None in CUDA's own headers)."""
     starts = function_starts(source_lines)
-    counts, where = Counter(), None
-    for line in sass.split("\n"):
-        mark = LINE_MARK.search(line)
-        if mark:
-            where = int(mark.group(2)) if os.path.basename(mark.group(1)) == pasted_name else None
-            continue
-        if INSTRUCTION.match(line):
-            counts["CUDA headers" if where is None else function_at(starts, where)] += 1
-    return counts
+    return Counter(function_at(starts, line) if isinstance(line, int) else "CUDA headers" for line in lines)
 
 
-def main():
+def arguments():
     parser = argparse.ArgumentParser(usage="%(prog)s KERNEL.cu [--threads N] [--top N] [-- NVCC OPTION...]",
                                      description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("kernel", help="the kernel's source (host-runtime/src/gpu/chip_sparse.cu or a variant)")
     parser.add_argument("--threads", type=int, default=768, help="the block's threads (default 768)")
     parser.add_argument("--top", type=int, default=25, help="how many functions to print (default 25)")
     argv = sys.argv[1:]
-    options = argv[argv.index("--") + 1:] if "--" in argv else []
-    args = parser.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+    cut = argv.index("--") if "--" in argv else len(argv)
+    args = parser.parse_args(argv[:cut])
+    args.nvcc_options = argv[cut + 1 :]
     if not os.path.isfile(args.kernel):
-        sys.exit(f"no such kernel: {args.kernel}")
+        sys.exit(f"{args.kernel}: no such kernel source")
+    return args
+
+
+def main():
+    args = arguments()
     with tempfile.TemporaryDirectory() as work:
-        source_lines, sass = compile_kernel(os.path.abspath(args.kernel), args.threads, options, work)
-    counts = code_by_function(source_lines, sass, "map.cu")
+        try:
+            _, lines, source = ncu_lines_module().local_sass(args.kernel, args.threads, args.nvcc_options, work)
+        except subprocess.CalledProcessError as e:
+            sys.exit(f"{args.kernel} did not compile or disassemble here ({os.path.basename(e.cmd[0])})")
+    counts = code_by_function(lines, source)
     total = sum(counts.values())
     print(f"{args.kernel} at {args.threads} threads: {total} instructions, {total * 16 / 1024:.1f} KB")
     for name, n in counts.most_common(args.top):
