@@ -180,7 +180,14 @@
 // silu_fast's code, their arguments through local memory (104 KB of code against 108:
 // −1.6 to −2.0 %; with add_entries an entry at a time too, 97 KB, +0.1 to +0.5 %: less
 // than that change alone). Emulated, not run: the MLP's scan left out where gate/up placed
-// no chunk (only layers 6-8 were ever at rest, on 16-35 % of passes).
+// no chunk (only layers 6-8 were ever at rest, on 16-35 % of passes). On the H100, beside
+// the kernel of a5b4841 (102 KB of code): the rare silus of a head's channels and z gate
+// through one copy of silu_fast, a loop not unrolled picking its argument and output by
+// selects (98 KB: −0.2 to −0.3 %); that, and a firing neuron's record entries and the rest
+// of its column in one loop (96 KB: −0.1 to −0.2 %); that, and over_rows' loop over its
+// 32-row blocks not unrolled, each block's vector picked by selects (90 KB: −1.0 to
+// −1.2 %); all three (88 KB: −0.7 to −0.9 %); this kernel at 1,024 threads, where it no
+// longer spills (−3.1 to −3.4 %). Less code is not a gain of its own at this size.
 
 // The phases of the -DPROFILE cycle counts, per layer (MARK in chip_common.cuh, indexed
 // by the layer l being run).

@@ -35,10 +35,11 @@ const SPARSE_KERNEL: &str = include_str!("chip_sparse.cu");
 /// The fewest threads of a machine that has an SM to itself (a single stream, or a batch
 /// of at most one machine an SM): at 1,024 threads a thread holds 64 registers and the
 /// value heads' chains spilled (32 bytes; the kernel of 2026-12-07, 6 KB smaller, fits in
-/// 64 without spilling, not yet measured there), at 768 it holds 80. Measured on the H200 at the
-/// 0.8b shape (16 value heads), single stream: 768 and 640 threads +1.8 to +2.2 %
-/// passes/s over 1,024, 512 −2.7 % (the scatters' and MLPs' loops twice as long); on the
-/// H100 (2026-12-06) 640 and 704 threads +0.1 to −0.6 %, 832 and 896 −2.0 to −2.5 % against 768.
+/// 64 without spilling and is still 3.1 to 3.4 % slower there, H100), at 768 it holds 80.
+/// Measured on the H200 at the 0.8b shape (16 value heads), single stream: 768 and 640
+/// threads +1.8 to +2.2 % passes/s over 1,024, 512 −2.7 % (the scatters' and MLPs' loops
+/// twice as long); on the H100 (2026-12-06) 640 and 704 threads +0.1 to −0.6 %, 832 and 896
+/// −2.0 to −2.5 % against 768.
 pub const THREADS_ALONE_MIN: u32 = 768;
 /// Replaces [`threads_alone`]'s choice (32 to 1024, a multiple of 32): a tuning knob,
 /// for measuring the block shape of a single stream.
