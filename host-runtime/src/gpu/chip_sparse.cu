@@ -469,10 +469,11 @@ __device__ HELPER void run_chunks(const uint2 *__restrict__ E, const uint2 *tabl
 // The entries E[from..to), each times x, added into the residual (one thread), an entry at
 // a time. Few columns have entries past a neuron's record (INLINE_DOWN below), and the last
 // layer's many go through the chunk table; loaded four at a time, its two inlined copies
-// (a neuron's column, a down chunk past the table) made the kernel 6 KB larger, and a
-// smaller kernel waits less for its instructions (of ncu's samples of the MLP phase's
-// warps not at its barrier, 41 % waited for an instruction fetch). Measured on the H100:
-// +0.3 to +0.7 % passes/s, 102 KB of code against 108.
+// (a neuron's column, a down chunk past the table) made the kernel 6 KB larger (of ncu's
+// samples of the MLP phase's warps not at its barrier, 41 % waited for an instruction
+// fetch). Measured on the H100: +0.3 to +0.7 % passes/s beside the kernel before it, 102 KB
+// of code against 108; inside the spliced checkpoint, in a later call, within 0.2 % of that
+// kernel's rows: the same speed in less code.
 __device__ HELPER void add_entries(const uint2 *__restrict__ E, unsigned from, unsigned to, float x, float *hidden,
                                    const Listing &z) {
 #pragma unroll 1
