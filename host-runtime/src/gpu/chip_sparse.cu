@@ -187,7 +187,17 @@
 // of its column in one loop (96 KB: −0.1 to −0.2 %); that, and over_rows' loop over its
 // 32-row blocks not unrolled, each block's vector picked by selects (90 KB: −1.0 to
 // −1.2 %); all three (88 KB: −0.7 to −0.9 %); this kernel at 1,024 threads, where it no
-// longer spills (−3.1 to −3.4 %). Less code is not a gain of its own at this size.
+// longer spills (−3.1 to −3.4 %). Less code is not a gain of its own at this size. On the
+// H100, beside the kernel of 8dad6e9: a head's channel ranges whose codes are all one (q's
+// in 103 of the 0.8b chip's 111 heads, k's in 91), found once a launch, read by one code
+// and one palette load instead of a lane's four (−1.7 to −2.0 %); the heads whose q and k
+// are constant, decay 1 and read not selected (the latch, the pc's row and offset) keeping
+// their last read's out_proj adds in S and adding them again on a pass where they do not
+// write and no signal reaches their q, k or z (−0.2 to −0.9 %: in the profiles layer 0's
+// heads phase fell from ~6.8 k to 4.2 k cycles a pass, but every head's out_proj step was
+// rewritten and layer 3's heads phase grew from ~10.6 k to 11.2 k, and the latch, which
+// writes on many passes, gained nothing; branch wip/kept-reads holds it with the other
+// heads' out_proj loop as before, not yet run).
 
 // The phases of the -DPROFILE cycle counts, per layer (MARK in chip_common.cuh, indexed
 // by the layer l being run).
