@@ -7,9 +7,9 @@ The kernel runs more code a pass than an SM's instruction caches hold near its w
 sampled the MLP phase's warps that were not at its barrier waiting for an instruction fetch
 41 % of the time. Yet taking 5-14 KB of code off by rolled loops made no pass faster, and a
 rolled loop on a head's chain made it slower (BENCHMARKS.md, the fiftieth and fifty-first
-sessions): a variant's size by part is worth knowing before a GPU run is spent on it, beside
-what it adds to the instructions a pass runs. This compiles KERNEL.cu here as the runtime's NVRTC does
-(scripts/ncu-lines.py's build: kernel-cubin.sh, THREADS at N, default 768, -lineinfo and the
+sessions): a variant's size by part is worth knowing before a GPU run is spent on it,
+beside what it adds to the instructions a pass runs. This compiles KERNEL.cu here as the
+runtime's NVRTC does (scripts/ncu-lines.py's build: kernel-cubin.sh, THREADS at N, default 768, -lineinfo and the
 options after --), disassembles it (nvdisasm) and gives each instruction to the function
 whose source line it carries: an inlined helper's code counts as the helper's, wherever it
 was inlined, and code from CUDA's own headers (intrinsics, expf, the IEEE division's slow
