@@ -9,13 +9,12 @@ sampled the MLP phase's warps that were not at its barrier waiting for an instru
 rolled loop on a head's chain made it slower (BENCHMARKS.md, the fiftieth and fifty-first
 sessions): a variant's size by part is worth knowing before a GPU run is spent on it,
 beside what it adds to the instructions a pass runs. This compiles KERNEL.cu here as the
-runtime's NVRTC does (scripts/ncu-lines.py's build: kernel-cubin.sh, THREADS at N, default 768, -lineinfo and the
-options after --), disassembles it (nvdisasm) and gives each instruction to the function
-whose source line it carries: an inlined helper's code counts as the helper's, wherever it
-was inlined, and code from CUDA's own headers (intrinsics, expf, the IEEE division's slow
-path) as "CUDA headers". Printed: the total, then each function's instructions and KB (16 bytes an
-instruction), largest first.
-"""
+runtime's NVRTC does (scripts/ncu-lines.py's build: kernel-cubin.sh, THREADS at N, default
+768, -lineinfo and the options after --), disassembles it (nvdisasm) and gives each
+instruction to the function whose source line it carries: an inlined helper's code counts
+as the helper's, wherever it was inlined, and code from CUDA's own headers (intrinsics,
+expf, the IEEE division's slow path) as "CUDA headers". Printed: the total, then each
+function's instructions and KB (16 bytes an instruction), largest first. """
 
 import argparse
 import importlib.util
