@@ -15,6 +15,13 @@
 #                 reference), booted by prefill and by loading state; their chip token
 #                 streams compared with the CPU engine's (.gpu/trace, made by build-gpu.sh)
 #   profile       each kernel built with -DPROFILE: cycles per pass by phase
+#   ab            a kernel variant beside the built-in sparse kernel: inband bench of
+#                 hello, strings and int64 with each in turn, AB_ROUNDS rounds (default 3),
+#                 the variant being INBAND_KERNEL_OPTIONS=$AB_OPTIONS (e.g. -DKEEP_READS)
+#                 and, where set, INBAND_KERNEL_SOURCE=$AB_SOURCE (an absolute path); each
+#                 program's mean passes/s and the variant's change; then the variant's
+#                 token streams (both boots) vs the CPU engine's and --verify of muldiv
+#                 and matmul with it
 #   silu          scripts/silu-exact.cu (compiled with the machine's nvcc): the sparse
 #                 kernel's silu_fast (and silu_tail outside (-89, 17)) against silu_f,
 #                 bit for bit, over all 2^32 inputs
@@ -173,6 +180,41 @@ for section in "${SECTIONS[@]}"; do
         [ -n "$NVCC" ] || { echo "   silu: no nvcc on this machine" >>"$LOG"; continue; }
         step 120 "$NVCC" -arch=sm_90 --fmad=false -ftz=false -prec-div=true -prec-sqrt=true -o "$W/silu-exact" \
             scripts/silu-exact.cu && step 60 "$W/silu-exact"
+        ;;
+    ab)
+        V=(env INBAND_KERNEL_OPTIONS="${AB_OPTIONS:-}" ${AB_SOURCE:+INBAND_KERNEL_SOURCE=$AB_SOURCE})
+        echo "   variant: ${V[*]:1}" >>"$LOG"
+        for r in $(seq "${AB_ROUNDS:-3}"); do
+            for k in built-in variant; do
+                run=($B/inband)
+                [ $k = variant ] && run=("${V[@]}" $B/inband)
+                step_to "$W/ab.rows" 120 "${run[@]}" bench "${M[@]:2}" $E/hello.elf $E/strings.elf $E/int64.elf &&
+                    grep '^| [a-z]' "$W/ab.rows" | grep -v '^| program' | sed "s/^/   $k /" | tee -a "$W/ab.all" >>"$LOG"
+            done
+        done
+        # Each program's mean passes/s (the bench table's steps/s column) by kernel.
+        awk -F'|' '{k = $1; gsub(/ /, "", k); p = $2; gsub(/ /, "", p); v = $7; gsub(/[ ,]/, "", v);
+                    s[k, p] += v; n[k, p]++; ps[p] = 1}
+            END {for (p in ps) if (n["built-in", p] && n["variant", p])
+                printf "   %s: built-in %.0f, variant %.0f passes/s (%+.2f %%)\n", p, s["built-in", p] / n["built-in", p],
+                    s["variant", p] / n["variant", p],
+                    100 * (s["variant", p] / n["variant", p] / (s["built-in", p] / n["built-in", p]) - 1)}' \
+            "$W/ab.all" >>"$LOG"
+        rm -f "$W/ab.all"
+        for boot in load prefill; do
+            for p in hello strings int64; do
+                t="$W/$p.variant.$boot.trace"
+                step 120 "${V[@]}" $B/inband run "${M[@]}" --boot $boot --stats --trace "$t" $E/$p.elf &&
+                    if zcat .gpu/trace/$p.$boot.trace.gz | cmp -s - "$t"; then
+                        echo "   $p (variant, $boot boot): CUDA and CPU chip token streams identical" >>"$LOG"
+                    else
+                        echo "   $p (variant, $boot boot): TOKEN STREAMS DIFFER from the CPU engine's" >>"$LOG"
+                    fi
+            done
+        done
+        for p in muldiv matmul; do
+            step 120 "${V[@]}" $B/inband run "${M[@]}" --verify --stats $E/$p.elf
+        done
         ;;
     profile)
         for k in sparse reference; do

@@ -53,6 +53,10 @@ struct Dims {
     // they are copied in from I at readers_at (a byte a dim), and `gateable` has a bit for
     // each layer that may be left out (the host's `gateable_readers`).
     unsigned readers, readers_at, gateable;
+    // The sparse kernel only: the kept reads in S (`value_head`): kept_slots slots of
+    // kept_words words from kept_at, a slot {1 + its pairs, 0 where none is kept; a spare
+    // word; then {row, product bits} pairs}.
+    unsigned kept_at, kept_words, kept_slots;
 };
 
 // One machine's work in a launch, one block each (mirrored by `SlotWork` in gpu/mod.rs):

@@ -196,8 +196,11 @@
 // write and no signal reaches their q, k or z (−0.2 to −0.9 %: in the profiles layer 0's
 // heads phase fell from ~6.8 k to 4.2 k cycles a pass, but every head's out_proj step was
 // rewritten and layer 3's heads phase grew from ~10.6 k to 11.2 k, and the latch, which
-// writes on many passes, gained nothing; branch wip/kept-reads holds it with the other
-// heads' out_proj loop as before, not yet run).
+// writes on many passes, gained nothing). Built with -DKEEP_READS, not yet run on a GPU:
+// the same with the other heads' out_proj loop as before, for the heads the host's
+// `keeps_reads` names (the 0.8b chip's pc row and offset heads in layer 0; its latch's
+// read is one the chip selects, so it keeps none). Without the option the kernel's code
+// is the one before it but for one mask's immediate (nvdisasm).
 
 // The phases of the -DPROFILE cycle counts, per layer (MARK in chip_common.cuh, indexed
 // by the layer l being run).
@@ -230,8 +233,10 @@ struct Layer {
     unsigned qk_const;    // W: per key head its q then its k, normalised, while nothing reaches
                           // them (used where the head's entry has bit 19)
     unsigned head;        // W: per value head {A_log, dt_bias, b's anchor share, a's}
-    unsigned n_heads, heads; // I: the heads whose q and k can be nonzero; bit 16: q and k
-                             // are zero unless a signal reaches them; bit 17: decay is 1;
+    unsigned n_heads, heads; // I: the heads whose q and k can be nonzero: the value head
+                             // in bits 0-7; bits 8-15: 1 + its kept read's slot, 0 if
+                             // none; bit 16: q and k are zero unless a signal reaches
+                             // them; bit 17: decay is 1;
                              // bit 18: its read adds nothing unless a signal reaches z;
                              // bit 19: q and k at qk_const while nothing reaches them;
                              // bits 20 up: its key head
@@ -665,6 +670,48 @@ __device__ __forceinline__ void over_rows(float *st, unsigned dv, const float (&
 #define HMARK(i)
 #endif
 
+// A keeping head's out_proj step (`value_head`'s, with its products written down): each
+// entry times the column's output o added into the residual; where `record` (q constant,
+// no signal at z) the {row, product} pairs kept in the head's slot too, in the order of
+// its lanes, and the slot marked as kept. (A copy of the out_proj loop for the few heads
+// that keep: in every head's loop, the counting cost the other heads' chains more than
+// the kept reads saved, measured on the H100.)
+__device__ HELPER void keep_read(bool record, const float (&acc)[KJ], float inv, const float (&gain)[KJ],
+                                 const float (&sz)[KJ], const unsigned (&from)[KJ], const unsigned (&to)[KJ],
+                                 const Dims &d, const uint2 *__restrict__ E, float *hidden, const Listing &z,
+                                 unsigned *kept) {
+    unsigned lane = threadIdx.x % 32, mine = 0;
+    float o[KJ];
+#pragma unroll
+    for (unsigned j = 0; j < KJ; j++) {
+        o[j] = lane + 32 * j < d.dv && acc[j] != 0.0f ? (gain[j] * (acc[j] * inv)) * sz[j] : 0.0f;
+        if (o[j] != 0.0f) mine += to[j] - from[j];
+    }
+    unsigned at = mine;
+#pragma unroll
+    for (unsigned s = 1; s < 32; s <<= 1) {
+        unsigned y = __shfl_up_sync(FULL, at, s);
+        if (lane >= s) at += y;
+    }
+    const unsigned total = __shfl_sync(FULL, at, 31);
+    at -= mine;
+#pragma unroll
+    for (unsigned j = 0; j < KJ; j++) {
+        if (o[j] == 0.0f) continue;
+        for (unsigned k = from[j]; k < to[j]; k++, at++) {
+            uint2 e = __ldg(E + k);
+            float p = __uint_as_float(e.y) * o[j];
+            atomicAdd(hidden + e.x, p);
+            mark(z, e.x);
+            if (record) {
+                kept[2u + 2u * at] = e.x;
+                kept[3u + 2u * at] = __float_as_uint(p);
+            }
+        }
+    }
+    if (record && lane == 0) kept[0] = total + 1u;
+}
+
 // One value head, by one warp: q/k L2 norms of its key head, decay, delta rule, read,
 // gated RMSNorm with silu(z), and its out_proj columns added into the residual.
 // `entry` is its heads-table entry, `p` its {A_log, dt_bias, b's and a's anchor shares}.
@@ -677,10 +724,16 @@ __device__ HELPER void value_head(unsigned entry, float4 p, const Layer &L, cons
 #endif
 ) {
     unsigned lane = threadIdx.x % 32;
-    unsigned head = entry & 0xffff;
+    unsigned head = entry & 0xffu;
     bool quiet_unless_reached = (entry >> 16) & 1, no_decay = (entry >> 17) & 1, read_unless_z = (entry >> 18) & 1,
          qk_constant = (entry >> 19) & 1;
     unsigned kh = entry >> 20; // its key head, from the host (a division on the chain before)
+#ifdef KEEP_READS
+    // 1 + its kept read's slot, 0 where the head keeps none (see below).
+    const unsigned keep = (entry >> 8) & 0xffu;
+#else
+    const unsigned keep = 0;
+#endif
 #ifdef PROFILE
     long long hlast = clock64();
 #endif
@@ -704,19 +757,46 @@ __device__ HELPER void value_head(unsigned entry, float4 p, const Layer &L, cons
     // chip selects: some signal reaches z); q is needed only for a read, k for a write.
     float b_raw = xs[spread(L.b_at + head)] + p.z;
     float beta = sigmoid_f(b_raw);
-    bool writes = beta != 0.0f, reads = true;
-    if (read_unless_z) {
-        bool z_reached = false;
+    bool writes = beta != 0.0f, reads = true, z_reached = false;
+    if (read_unless_z || keep) {
 #pragma unroll
         for (unsigned j = 0; j < KJ; j++) {
             unsigned e = lane + 32 * j;
             if (e < d.dv) z_reached |= xs[spread(L.z_at + head * d.dv + e)] != 0.0f;
         }
-        reads = __any_sync(FULL, z_reached);
+        z_reached = __any_sync(FULL, z_reached);
+        if (read_unless_z) reads = z_reached;
     }
     HMARK(0);
     // The head neither writes nor reads, and the decay is 1.
     if (no_decay && !writes && !reads) return;
+    // (Built with -DKEEP_READS.) A head that keeps its reads (the host's `keeps_reads`: q
+    // and k constant while nothing reaches them, decay 1, a read the chip does not select)
+    // reads a state only its own writes change: on a pass where it does not write and no
+    // signal reaches its q, k or z, its gate, read, norm and out_proj products are the
+    // last such read's, kept in S as {row, product} pairs: added again, one round of loads
+    // instead of the z gate's, the read's and out_proj's.
+    unsigned *kept = (unsigned *)S + d.kept_at + (keep ? keep - 1u : 0u) * d.kept_words;
+    if (keep && !writes && !reached && !z_reached) {
+        const unsigned n = __ldcg(kept), i = 2u + 2u * lane;
+        unsigned row = 0, bits = 0;
+        if (i + 1u < d.kept_words) {
+            row = __ldcg(kept + i);
+            bits = __ldcg(kept + i + 1u);
+        }
+        if (n != 0) {
+            #pragma unroll 1
+            for (unsigned p = lane; p + 1u < n; p += 32) {
+                if (p >= 32) {
+                    row = __ldcg(kept + 2u + 2u * p);
+                    bits = __ldcg(kept + 3u + 2u * p);
+                }
+                atomicAdd(hidden + row, __uint_as_float(bits));
+                mark(z, row);
+            }
+            return;
+        }
+    }
     // q and k are constants while nothing reaches them: normalised on the host.
     bool constant = qk_constant && !reached;
     if (constant) {
@@ -798,6 +878,7 @@ __device__ HELPER void value_head(unsigned entry, float4 p, const Layer &L, cons
 #pragma unroll
         for (unsigned jj = 0; jj < KJ; jj++) mem[jj] = (v[0][jj] - mem[jj]) * beta;
         over_rows<true>(st, d.dv, k, mem);
+        if (keep && lane == 0) *kept = 0; // the state changed: its kept read is stale
     }
     HMARK(8);
     if (sq == 0.0f) return; // the head reads nothing: its output and out_proj share are 0
@@ -844,6 +925,11 @@ __device__ HELPER void value_head(unsigned entry, float4 p, const Layer &L, cons
     s = warp_sum(s);
     float inv = 1.0f / sqrtf(s / (float)d.dv + d.eps);
     HMARK(11);
+    if (keep) {
+        keep_read(constant && !z_reached, acc, inv, gain, sz, from, to, d, E, hidden, z, kept);
+        HMARK(12);
+        return;
+    }
 #pragma unroll
     for (unsigned j = 0; j < KJ; j++) {
         if (lane + 32 * j >= d.dv || acc[j] == 0.0f) continue; // o would be zero
@@ -932,6 +1018,10 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
         if (i % 32 < L.n_heads) heads_sh[i] = I[L.heads + i % 32];
         if (i % 32 < d.hv) params_sh[i] = ((const float4 *)(W + L.head))[i % 32];
     }
+#ifdef KEEP_READS
+    // No read is kept at a launch's start: the host may have written the state since.
+    for (unsigned i = threadIdx.x; i < d.kept_slots; i += THREADS) ((unsigned *)S)[d.kept_at + i * d.kept_words] = 0;
+#endif
     // A layer may be left out on a pass where no listed dim reaches its input projections
     // (its input rows stay zero): the host's `gateable_readers` says which layers (the
     // 0.8b chip's ROM, layer 1, and the layers the memory ports read, 4-8) and which dims
@@ -1072,13 +1162,13 @@ extern "C" __global__ void __launch_bounds__(THREADS) chip_passes(
 #ifdef PROFILE_HEADS
                 long long h0 = clock64();
 #endif
-                value_head(entry, params_sh[li * 32 + (entry & 0xffff)], L, d, I, E, W, res, pal, S, xs, hidden, z
+                value_head(entry, params_sh[li * 32 + (entry & 0xffu)], L, d, I, E, W, res, pal, S, xs, hidden, z
 #ifdef PROFILE
                            , hprof + li * HSTAGES
 #endif
                 );
 #ifdef PROFILE_HEADS
-                if (threadIdx.x % 32 == 0) head_cycles[li * 32 + (entry & 0xffff)] += clock64() - h0;
+                if (threadIdx.x % 32 == 0) head_cycles[li * 32 + (entry & 0xffu)] += clock64() - h0;
 #endif
             }
             if (L.n_heads > 0 && !untouched) __syncthreads();

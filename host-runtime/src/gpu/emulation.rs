@@ -48,14 +48,17 @@ pub struct EmulatedKernel {
     /// The layers the kernel may leave out on a pass no listed dim reaches (a bit each), or
     /// `None` where shared memory has no room for the readers bits.
     pub gateable: Option<u32>,
+    /// The value heads that keep their reads (`sparse::keeps_reads`): a slot each in S.
+    pub kept_slots: u32,
 }
 
 impl EmulatedKernel {
     /// Compiles the kernel for blocks of `threads` into `dir` with `c++` (g++ or clang++)
     /// and writes `chip`'s tables beside it, its shared memory planned as the GPU plans it
     /// from `shared` bytes (`usize::MAX`: all it can use, as the 0.8b shape has on the GPU;
-    /// the 4b shape's column starts do not fit in a GPU block's).
-    pub fn build(dir: &Path, threads: u32, chip: &ChipModel, shared: usize) -> anyhow::Result<Self> {
+    /// the 4b shape's column starts do not fit in a GPU block's). `options` go to the
+    /// compiler after `INBAND_KERNEL_OPTIONS`'s (`-DKEEP_READS`).
+    pub fn build(dir: &Path, threads: u32, chip: &ChipModel, shared: usize, options: &[&str]) -> anyhow::Result<Self> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         // A block's `extern __shared__` array is the runner's buffer.
         const DYNAMIC: &str = "extern __shared__ float4 sh4[];";
@@ -74,12 +77,13 @@ impl EmulatedKernel {
             std::fs::write(dir.join(name), text).with_context(|| format!("writing {name}"))?;
         }
         let binary = dir.join("run_kernel");
-        let options = std::env::var(super::KERNEL_OPTIONS_ENV).unwrap_or_default();
+        let from_env = std::env::var(super::KERNEL_OPTIONS_ENV).unwrap_or_default();
         let out = Command::new("c++")
             .args(["-std=c++17", "-O2", "-w", "-fno-strict-aliasing", "-ffp-contract=off"])
             .arg(format!("-DTHREADS={threads}"))
             .arg("-DKERNEL_FILE=\"kernel.cu\"")
-            .args(options.split_whitespace())
+            .args(from_env.split_whitespace())
+            .args(options)
             .arg("-o")
             .arg(&binary)
             .arg(dir.join("run_kernel.cpp"))
@@ -91,12 +95,13 @@ impl EmulatedKernel {
                 String::from_utf8_lossy(&out.stderr)
             );
         }
-        let (state_floats, recurrent, gateable) = write_tables(chip, dir, shared)?;
+        let (state_floats, recurrent, gateable, kept_slots) = write_tables(chip, dir, shared)?;
         Ok(Self {
             dir: dir.to_path_buf(),
             state_floats,
             recurrent,
             gateable,
+            kept_slots,
         })
     }
 
@@ -140,9 +145,9 @@ impl EmulatedKernel {
 
 /// Writes what the kernel reads of `chip` into `dir` (dims, layers, i, e, w: little-endian
 /// words; shared: its dynamic shared memory's bytes, planned from `most`); returns one
-/// machine's state floats, where each layer's recurrent state starts and the layers it may
-/// leave out (`None` without the readers bits).
-fn write_tables(chip: &ChipModel, dir: &Path, most: usize) -> anyhow::Result<(usize, Vec<u32>, Option<u32>)> {
+/// machine's state floats, where each layer's recurrent state starts, the layers it may
+/// leave out (`None` without the readers bits) and its kept reads' slots.
+fn write_tables(chip: &ChipModel, dir: &Path, most: usize) -> anyhow::Result<(usize, Vec<u32>, Option<u32>, u32)> {
     let KernelInputs {
         mut d,
         tables,
@@ -170,6 +175,7 @@ fn write_tables(chip: &ChipModel, dir: &Path, most: usize) -> anyhow::Result<(us
         d.state_floats as usize,
         tables.recurrent,
         (d.readers != 0).then_some(d.gateable),
+        d.kept_slots,
     ))
 }
 

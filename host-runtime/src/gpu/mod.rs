@@ -47,7 +47,8 @@ pub const THREADS_ENV: &str = "INBAND_THREADS";
 /// Passes one launch may run (the host reads the chosen tokens after each launch).
 const LOOKAHEAD: usize = 1 << 15;
 /// Extra NVRTC options for the chip kernel, whitespace-separated: a tuning and
-/// diagnosis knob (`-DUNROLL=16`; `-DPROFILE` prints each phase's cycles per pass).
+/// diagnosis knob (`-DUNROLL=16`; `-DPROFILE` prints each phase's cycles per pass;
+/// `-DKEEP_READS` builds the sparse kernel's kept reads, not yet measured on a GPU).
 pub const KERNEL_OPTIONS_ENV: &str = "INBAND_KERNEL_OPTIONS";
 /// A file whose CUDA source replaces the built-in activation-sparse kernel: for measuring
 /// kernel variants on a GPU machine without rebuilding inband (the tables are the built-in
@@ -91,6 +92,9 @@ struct Dims {
     readers: u32,
     readers_at: u32,
     gateable: u32,
+    kept_at: u32,
+    kept_words: u32,
+    kept_slots: u32,
 }
 
 unsafe impl DeviceRepr for Dims {}
@@ -164,6 +168,8 @@ pub struct LayerTables {
     act: usize,
     /// The sparse kernel's tables in shared memory.
     resident: sparse::Resident,
+    /// The sparse kernel's kept reads in S.
+    kept: sparse::KeptReads,
 }
 
 impl LayerTables {
@@ -179,6 +185,7 @@ impl LayerTables {
             scratch,
             act,
             resident: sparse::Resident::default(),
+            kept: sparse::KeptReads::default(),
         }
     }
 }
@@ -437,6 +444,7 @@ impl KernelInputs {
         d.palettes = (tables.resident.palettes.len() / 4) as u32;
         d.readers_at = f.ints(&tables.resident.readers);
         d.gateable = tables.resident.gateable;
+        (d.kept_at, d.kept_words, d.kept_slots) = (tables.kept.at, tables.kept.words, tables.kept.slots);
         if let Some(n) = norm {
             (d.norm_inv, d.anchor_ulp) = (n.inv, n.anchor_ulp);
         }

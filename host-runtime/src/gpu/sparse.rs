@@ -71,6 +71,9 @@ const QK_CONSTANT: u32 = 1 << 19;
 /// In a head's table entry, from this bit up: its key head (the kernel's integer division
 /// of the head by the value heads per key head was on every head's chain).
 const KEY_HEAD_SHIFT: u32 = 20;
+/// In a head's table entry, bits 8-15: 1 + its kept read's slot where it keeps its reads
+/// ([`keeps_reads`]), else 0 (the value head takes the low 8 bits).
+const KEEP_SHIFT: u32 = 8;
 /// A layer's palette entries per part (channels, z gates); in the channels' part the last
 /// code means "has delayed taps" (the kernel's `DELAYED_CODE`).
 const PALETTE: usize = 16;
@@ -356,6 +359,7 @@ pub fn tables(
     let mut recurrent = Vec::new();
     let mut resident = Resident::default();
     let mut columns = Vec::new();
+    let mut kept_pairs = Vec::new();
     for (l, layer) in layers.iter().enumerate() {
         let c = &layer.config;
         for (name, gain) in [("input", &layer.input_gain), ("post-attention", &layer.post_gain)] {
@@ -378,7 +382,8 @@ pub fn tables(
         let mut o = LayerOffsets::default();
         let input_anchors = anchor_inputs(&layer.input_gain);
         let mut xin = Split::new(spec, &input_anchors);
-        scratch = scratch.max(mixer_tables(l, layer, &mut xin, &mut o, f, &mut resident)?);
+        let rows = mixer_tables(l, layer, &mut xin, &mut o, f, &mut resident, &mut kept_pairs)?;
+        scratch = scratch.max(rows);
         o.xin = e.csc(f, c.hidden_size, std::mem::take(&mut xin.entries))?;
         o.xin_cols = append_columns(&mut columns, f, o.xin, c.hidden_size);
         let mut out = Vec::new();
@@ -408,6 +413,7 @@ pub fn tables(
         gateable_readers(&offsets, f, layers.first().map_or(0, |l| l.config.hidden_size));
     let mut tables = LayerTables::of(&offsets, recurrent, scratch, act);
     tables.resident = resident;
+    tables.kept = KeptReads::of(&kept_pairs, f);
     Ok((tables, e))
 }
 
@@ -421,6 +427,7 @@ fn mixer_tables(
     o: &mut LayerOffsets,
     f: &mut Flat,
     resident: &mut Resident,
+    kept_pairs: &mut Vec<usize>,
 ) -> anyhow::Result<usize> {
     let c = &layer.config;
     let (hk, hv, dk, k) = (
@@ -476,12 +483,13 @@ fn mixer_tables(
     // where its out_proj column has entries.
     let z_bias = &xin.bias[o.z_at as usize..o.b_at as usize];
     let dv = c.linear_value_head_dim;
-    let mut out_used = vec![false; value_dim];
+    let mut out_len = vec![0usize; value_dim];
     for r in written_rows(&layer.out_proj) {
         for &col in layer.out_proj.row(r).0 {
-            out_used[col as usize] = true;
+            out_len[col as usize] += 1;
         }
     }
+    let out_used: Vec<bool> = out_len.iter().map(|n| *n > 0).collect();
     let zgate: Vec<f32> = (0..value_dim)
         .flat_map(|col| {
             let used = if out_used[col] { 1.0 } else { 0.0 };
@@ -522,10 +530,17 @@ fn mixer_tables(
             && gdn_decay(layer.a_log[h], xin.bias[a_row as usize], layer.dt_bias[h]) == 1.0;
         let read_unless_z = (0..dv).all(|e| closed(h * dv + e));
         let flag = |set: bool, bit: u32| if set { bit } else { 0 };
-        let flags = flag(quiet, QUIET_UNLESS_REACHED)
+        let mut flags = flag(quiet, QUIET_UNLESS_REACHED)
             | flag(no_decay, NO_DECAY)
             | flag(read_unless_z, READ_UNLESS_Z)
             | flag(constant[kh].is_some(), QK_CONSTANT);
+        if keeps_reads(flags) {
+            kept_pairs.push(out_len[h * dv..(h + 1) * dv].iter().sum());
+            if kept_pairs.len() > 0xff {
+                bail!("the chip has more heads that keep their reads than the kernel's head entries can name");
+            }
+            flags |= (kept_pairs.len() as u32) << KEEP_SHIFT;
+        }
         heads.push(head_entry(h, kh, flags));
     }
     let qk: Vec<f32> = constant
@@ -538,11 +553,42 @@ fn mixer_tables(
     Ok(rows)
 }
 
-/// A head's table entry: the value head in the low 16 bits, the flags above it, its key
-/// head from `KEY_HEAD_SHIFT` up.
+/// A head's table entry: the value head in the low 8 bits, the flags above it (its kept
+/// read's slot from `KEEP_SHIFT`), its key head from `KEY_HEAD_SHIFT` up.
 fn head_entry(head: usize, key_head: usize, flags: u32) -> u32 {
-    debug_assert!(head < 1 << 16 && key_head < 1 << (32 - KEY_HEAD_SHIFT));
+    debug_assert!(head < 1 << KEEP_SHIFT && key_head < 1 << (32 - KEY_HEAD_SHIFT));
     head as u32 | flags | (key_head as u32) << KEY_HEAD_SHIFT
+}
+
+/// Whether a head with these flags keeps its reads: q and k are constants while nothing
+/// reaches them (and q is not zero: not quiet), its decay is 1 and the chip does not
+/// select its read, so on a pass where it does not write and no signal reaches its q, k
+/// or z it reads what it read the last such time (the 0.8b chip's pc row and offset heads
+/// in layer 0). The kernel adds that read's out_proj products again from its slot.
+fn keeps_reads(flags: u32) -> bool {
+    flags & (QK_CONSTANT | NO_DECAY | READ_UNLESS_Z | QUIET_UNLESS_REACHED) == QK_CONSTANT | NO_DECAY
+}
+
+/// Where the kept reads lie in S (the kernel's `kept_at`, `kept_words`, `kept_slots`):
+/// a slot a keeping head, each {1 + its pairs or 0, a spare word, then up to the most
+/// out_proj entries of any such head as {row, product bits}}.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct KeptReads {
+    pub at: u32,
+    pub words: u32,
+    pub slots: u32,
+}
+
+impl KeptReads {
+    /// Slots for heads with `pairs[i]` out_proj entries, in S.
+    fn of(pairs: &[usize], f: &mut Flat) -> Self {
+        let words = 2 + 2 * pairs.iter().copied().max().unwrap_or(0);
+        Self {
+            at: f.state(words * pairs.len()),
+            words: words as u32,
+            slots: pairs.len() as u32,
+        }
+    }
 }
 
 /// Key head `kh`'s q and k while no signal reaches them, as the kernel would normalise
@@ -720,14 +766,55 @@ mod tests {
         assert_eq!(readers, [0x0000_0301, 0x0000_0200]);
     }
 
-    /// The kernel reads the head from the low 16 bits, the flags from bits 16-19 and the
+    /// The kernel reads the head from the low 8 bits, the flags from bits 16-19 and the
     /// key head from bit 20 up (`value_head`): value head 5 of 32 reads key head 2 of 16.
     #[test]
     fn a_heads_entry_holds_its_key_head() {
         let flags = QUIET_UNLESS_REACHED | QK_CONSTANT;
         let e = head_entry(5, 5 / (32 / 16), flags);
-        assert_eq!((e & 0xffff, e >> KEY_HEAD_SHIFT), (5, 2));
+        assert_eq!((e & 0xff, e >> KEY_HEAD_SHIFT), (5, 2));
+        assert!(!keeps_reads(flags));
         assert_eq!(e & 0xf_0000, flags);
+    }
+
+    /// Only a head with constant q and k (not quiet), decay 1 and a read the chip does not
+    /// select keeps its reads; its entry names its slot (1 + slot) above its key head.
+    #[test]
+    fn heads_that_keep_their_reads_and_the_room_they_need() {
+        let keeper = QK_CONSTANT | NO_DECAY;
+        assert!(keeps_reads(keeper));
+        for other in [
+            QK_CONSTANT,
+            NO_DECAY,
+            keeper | READ_UNLESS_Z,
+            keeper | QUIET_UNLESS_REACHED,
+        ] {
+            assert!(!keeps_reads(other), "{other:#x}");
+        }
+        let e = head_entry(31, 31, keeper | 3 << KEEP_SHIFT);
+        assert_eq!((e & 0xff, e >> KEY_HEAD_SHIFT, (e >> KEEP_SHIFT) & 0xff), (31, 31, 3));
+        assert_eq!(e & 0xf_0000, keeper);
+        let mut f = Flat::default();
+        f.state(10);
+        // Three keeping heads with 4, 1 and 0 out_proj entries: slots of 2 + 2 * 4 words.
+        let kept = KeptReads::of(&[4, 1, 0], &mut f);
+        assert_eq!(
+            kept,
+            KeptReads {
+                at: 10,
+                words: 10,
+                slots: 3
+            }
+        );
+        assert_eq!(f.state_len, 40);
+        assert_eq!(
+            KeptReads::of(&[], &mut f),
+            KeptReads {
+                at: 40,
+                words: 2,
+                slots: 0
+            }
+        );
     }
 
     #[test]
