@@ -184,6 +184,7 @@ for section in "${SECTIONS[@]}"; do
     ab)
         V=(env INBAND_KERNEL_OPTIONS="${AB_OPTIONS:-}" ${AB_SOURCE:+INBAND_KERNEL_SOURCE=$AB_SOURCE})
         echo "   variant: ${V[*]:1}" >>"$LOG"
+        rm -f "$W/ab.all" # (a warm machine's, from a call cut short)
         for r in $(seq "${AB_ROUNDS:-3}"); do
             for k in built-in variant; do
                 run=($B/inband)
