@@ -109,6 +109,13 @@ step_to() { # step_to FILE TIMEOUT CMD...: as step, with CMD's stdout into FILE
     echo "   rc=$rc" >>"$LOG"
     return $rc
 }
+stream_vs_cpu() { # stream_vs_cpu PROGRAM BOOT TRACE WHAT: TRACE (a CUDA run's) vs the CPU engine's stream
+    if zcat .gpu/trace/$1.$2.trace.gz | cmp -s - "$3"; then
+        echo "   $1 ($4, $2 boot): CUDA and CPU chip token streams identical" >>"$LOG"
+    else
+        echo "   $1 ($4, $2 boot): TOKEN STREAMS DIFFER from the CPU engine's" >>"$LOG"
+    fi
+}
 vs_golden() { # vs_golden PROGRAM TIMEOUT: runs PROGRAM in the spliced checkpoint on CUDA, output vs golden's
     local p=$1
     $B/inband run --engine golden $E/$p.elf >"$W/$p.golden" 2>/dev/null
@@ -166,11 +173,7 @@ for section in "${SECTIONS[@]}"; do
                 for p in hello strings int64; do
                     t="$W/$p.$k.$boot.trace"
                     step 120 $B/inband run "${M[@]}" --kernel $k --boot $boot --stats --trace "$t" $E/$p.elf &&
-                        if zcat .gpu/trace/$p.$boot.trace.gz | cmp -s - "$t"; then
-                            echo "   $p ($k kernel, $boot boot): CUDA and CPU chip token streams identical" >>"$LOG"
-                        else
-                            echo "   $p ($k kernel, $boot boot): TOKEN STREAMS DIFFER from the CPU engine's" >>"$LOG"
-                        fi
+                        stream_vs_cpu $p $boot "$t" "$k kernel"
                 done
             done
         done
@@ -206,11 +209,7 @@ for section in "${SECTIONS[@]}"; do
             for p in hello strings int64; do
                 t="$W/$p.variant.$boot.trace"
                 step 120 "${V[@]}" $B/inband run "${M[@]}" --boot $boot --stats --trace "$t" $E/$p.elf &&
-                    if zcat .gpu/trace/$p.$boot.trace.gz | cmp -s - "$t"; then
-                        echo "   $p (variant, $boot boot): CUDA and CPU chip token streams identical" >>"$LOG"
-                    else
-                        echo "   $p (variant, $boot boot): TOKEN STREAMS DIFFER from the CPU engine's" >>"$LOG"
-                    fi
+                    stream_vs_cpu $p $boot "$t" variant
             done
         done
         for p in muldiv matmul; do
