@@ -354,6 +354,19 @@ __device__ HELPER void place_chunks(unsigned at, unsigned from, unsigned len, fl
         place_chunk(at + k, from + 32 * k, min(32u, len - 32 * k), x, table, overflow);
 }
 
+// The sum of x over the warp's lanes up to this one (itself included), and over the whole
+// warp in `total`. Every lane of the warp calls it.
+__device__ __forceinline__ unsigned warp_inclusive_sum(unsigned x, unsigned &total) {
+    unsigned lane = threadIdx.x % 32;
+#pragma unroll
+    for (unsigned o = 1; o < 32; o <<= 1) {
+        unsigned y = __shfl_up_sync(FULL, x, o);
+        if (lane >= o) x += y;
+    }
+    total = __shfl_sync(FULL, x, 31);
+    return x;
+}
+
 // Appends each lane's entries E[from, from + len) times x to the chunk table as 32-entry
 // chunks (`place_chunks`; a prefix sum over the warp, one atomic a warp). Every lane of the
 // warp calls it.
@@ -361,13 +374,8 @@ template <typename Overflow>
 __device__ HELPER void append_chunks(unsigned from, unsigned len, float x, uint2 *table, unsigned *count,
                                      Overflow overflow) {
     unsigned lane = threadIdx.x % 32;
-    unsigned chunks = (len + 31) / 32, incl = chunks;
-#pragma unroll
-    for (unsigned o = 1; o < 32; o <<= 1) {
-        unsigned y = __shfl_up_sync(FULL, incl, o);
-        if (lane >= o) incl += y;
-    }
-    unsigned total = __shfl_sync(FULL, incl, 31), at = 0;
+    unsigned chunks = (len + 31) / 32, total, at = 0;
+    const unsigned incl = warp_inclusive_sum(chunks, total);
     if (total == 0) return;
     if (lane == 0) at = atomicAdd(count, total);
     at = __shfl_sync(FULL, at, 0) + incl - chunks;
@@ -687,14 +695,8 @@ __device__ HELPER void keep_read(bool record, const float (&acc)[KJ], float inv,
         o[j] = lane + 32 * j < d.dv && acc[j] != 0.0f ? (gain[j] * (acc[j] * inv)) * sz[j] : 0.0f;
         if (o[j] != 0.0f) mine += to[j] - from[j];
     }
-    unsigned at = mine;
-#pragma unroll
-    for (unsigned s = 1; s < 32; s <<= 1) {
-        unsigned y = __shfl_up_sync(FULL, at, s);
-        if (lane >= s) at += y;
-    }
-    const unsigned total = __shfl_sync(FULL, at, 31);
-    at -= mine;
+    unsigned total;
+    unsigned at = warp_inclusive_sum(mine, total) - mine;
 #pragma unroll
     for (unsigned j = 0; j < KJ; j++) {
         if (o[j] == 0.0f) continue;
@@ -786,10 +788,10 @@ __device__ HELPER void value_head(unsigned entry, float4 p, const Layer &L, cons
         }
         if (n != 0) {
             #pragma unroll 1
-            for (unsigned p = lane; p + 1u < n; p += 32) {
-                if (p >= 32) {
-                    row = __ldcg(kept + 2u + 2u * p);
-                    bits = __ldcg(kept + 3u + 2u * p);
+            for (unsigned pair = lane; pair + 1u < n; pair += 32) {
+                if (pair >= 32) {
+                    row = __ldcg(kept + 2u + 2u * pair);
+                    bits = __ldcg(kept + 3u + 2u * pair);
                 }
                 atomicAdd(hidden + row, __uint_as_float(bits));
                 mark(z, row);
